@@ -1,0 +1,257 @@
+"""`Durably`: the registry of workflows and the client API (start, signal, cancel, query)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ._clock import Clock
+from ._codec import DEFAULT_MAX_PAYLOAD, encode
+from ._durations import Duration
+from ._errors import WorkflowNotFound
+from ._models import Run, StepAttempt
+from ._retry import WORKFLOW_DEFAULT, RetryPolicy
+from ._store import NewRun, Store
+from ._workflow import RunHandle, Workflow, WorkflowFn
+from .backends import connect
+
+if TYPE_CHECKING:
+    from ._sync import SyncDurably
+    from ._worker import Worker
+
+DEFAULT_URL = "sqlite:///durably.db"
+
+
+class Durably:
+    """A durably application: a database and the workflows registered on it.
+
+    Args:
+        url: `postgresql://…` or `sqlite:///path.db`; default `$DURABLY_DATABASE_URL`,
+            else `sqlite:///durably.db`.
+        schema: where the engine's tables live (PostgreSQL schema; SQLite table prefix).
+        namespace: runs and signals are scoped to it.
+        migrate: apply migrations when first connecting.
+        max_payload_bytes: the largest JSON input, output or signal data.
+        pool_size: PostgreSQL connections in the pool.
+
+    Example:
+        ```python
+        app = Durably("postgresql://localhost/app")
+
+        @app.workflow(name="greet", version="v1")
+        async def greet(ctx, name: str) -> str:
+            return await ctx.step.run("hello", lambda: f"hello {name}")
+        ```
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        schema: str = "durably",
+        namespace: str = "default",
+        migrate: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
+        pool_size: int = 10,
+        clock: Clock | None = None,
+    ) -> None:
+        self.url = url or os.environ.get("DURABLY_DATABASE_URL") or DEFAULT_URL
+        self.clock = clock or Clock()
+        self.connector = connect(self.url, schema, self.clock, pool_size)
+        self.store = Store(self.connector, namespace)
+        self.namespace = namespace
+        self.max_payload = max_payload_bytes
+        self._migrate = migrate
+        self._opened = False
+        self._open_lock: asyncio.Lock | None = None
+        self.workflows: dict[tuple[str, str], Workflow] = {}
+
+    def __repr__(self) -> str:
+        return f"<Durably {self.connector.dialect} schema={self.connector.schema}>"
+
+    # ----------------------------------------------------------------- registry
+
+    def workflow(
+        self, name: str | None = None, version: str = "v1", retry: RetryPolicy | None = None
+    ) -> Callable[[WorkflowFn], Workflow]:
+        """Register an async function as workflow `(name, version)`.
+
+        Its first parameter receives a `WorkflowContext`; a second one, if declared,
+        receives the input, validated against its annotation (pydantic).
+        """
+
+        def register(fn: WorkflowFn) -> Workflow:
+            wf = Workflow(self, fn, name or fn.__name__, version, retry or WORKFLOW_DEFAULT)
+            self.workflows[(wf.name, wf.version)] = wf
+            return wf
+
+        return register
+
+    def get_workflow(self, name: str, version: str | None = None) -> Workflow:
+        """The registered workflow; the newest registered version when none is given."""
+        if version is not None and (name, version) in self.workflows:
+            return self.workflows[(name, version)]
+        versions = [wf for (n, _), wf in self.workflows.items() if n == name]
+        if versions and version is None:
+            return versions[-1]
+        known = ", ".join(sorted(f"{n}@{v}" for n, v in self.workflows)) or "none"
+        wanted = f"{name}@{version}" if version else name
+        raise WorkflowNotFound(f"unknown workflow {wanted!r} (registered: {known})")
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        """Connect, and apply migrations unless `migrate=False` (done lazily otherwise)."""
+        if self._opened:
+            return
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._opened:
+                return
+            if self._migrate:
+                await self.connector.migrate()
+            await self.connector.open()
+            self._opened = True
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations; the names of those applied now."""
+        return await self.connector.migrate()
+
+    async def close(self) -> None:
+        """Close every connection."""
+        await self.connector.close()
+        self._opened = False
+
+    async def __aenter__(self) -> Durably:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- client API
+
+    async def create_run(self, new: NewRun, connection: Any = None) -> tuple[Run, bool]:
+        await self.open()
+        return await self.store.create_run(new, connection)
+
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        version: str | None = None,
+        idempotency_key: str | None = None,
+        available_at: datetime | str | None = None,
+        deadline_at: datetime | str | None = None,
+        connection: Any = None,
+    ) -> RunHandle:
+        """Start workflow `workflow` by name (see `Workflow.start`)."""
+        wf = self.get_workflow(workflow, version)
+        return await wf.start(
+            input, idempotency_key=idempotency_key, available_at=available_at,
+            deadline_at=deadline_at, connection=connection,
+        )  # fmt: skip
+
+    async def send_signal(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        connection: Any = None,
+    ) -> dict[str, Any]:
+        """Send a durable signal.
+
+        Every run waiting on `name` receives it; with none waiting it is stored and the
+        next `wait_for_signal(name)` receives it. `run_id` addresses one run (refused when
+        that run has finished).
+
+        Returns:
+            `{"delivered_to": [run ids], "buffered": bool, "duplicate": bool}`
+        """
+        await self.open()
+        data_json = encode(data, f"the data of signal {name!r}", self.max_payload)
+        return await self.store.send_signal(name, data_json, idempotency_key, run_id, connection)
+
+    async def cancel(self, run_id: str) -> Run:
+        """Cancel a run and its children; a step in flight is interrupted.
+
+        Raises:
+            RunNotFound: no such run.
+            RunTerminalError: the run already finished (the message names its status).
+        """
+        await self.open()
+        return await self.store.cancel(
+            run_id, {"type": "Canceled", "message": "the run was canceled"}
+        )
+
+    async def get_run(self, run_id: str) -> Run:
+        """The run as stored now (RunNotFound if there is none)."""
+        await self.open()
+        return await self.store.get_run(run_id)
+
+    async def list_steps(self, run_id: str) -> list[StepAttempt]:
+        """Every step attempt of a run, oldest first."""
+        await self.open()
+        return await self.store.list_steps(run_id)
+
+    async def list_runs(
+        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[Run]:
+        """Runs, newest first, filtered by status and workflow name."""
+        await self.open()
+        return await self.store.list_runs(status=status, workflow=workflow, limit=limit)
+
+    async def list_stuck(self, limit: int = 100) -> list[Run]:
+        """Runs that are due but that no registered workflow of this app can run, and runs
+        that have been due for over 30 s (no worker is taking them)."""
+        await self.open()
+        due = await self.store.db.fetch("list_due", limit=limit)
+        runs = [Run.from_row(r) for r in due]
+        stale = {r.run_id for r in await self.store.list_runs(
+            limit=limit, due_before=await self._db_now_minus(30))}  # fmt: skip
+        return [r for r in runs if (r.workflow, r.version) not in self.workflows
+                or r.run_id in stale]  # fmt: skip
+
+    async def _db_now_minus(self, seconds: float) -> datetime:
+        _, now = await self.store.next_due([])
+        from datetime import timedelta
+
+        return now - timedelta(seconds=seconds)
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle on an existing run."""
+        return RunHandle(self, run_id)
+
+    # ----------------------------------------------------------------- workers
+
+    def worker(
+        self,
+        concurrency: int = 10,
+        lease: Duration = "30s",
+        heartbeat: Duration = "10s",
+        worker_id: str | None = None,
+        poll_interval: Duration = "5s",
+        shutdown_grace: Duration = "10s",
+    ) -> Worker:
+        """A worker that executes this app's workflows (`await worker.run()`)."""
+        from ._worker import Worker
+
+        return Worker(self, concurrency, lease, heartbeat, worker_id, poll_interval,
+                      shutdown_grace)  # fmt: skip
+
+    @property
+    def sync(self) -> SyncDurably:
+        """The same client API for code without an event loop."""
+        from ._sync import SyncDurably
+
+        return SyncDurably(self)
+
+
+_ = WORKFLOW_DEFAULT

@@ -1,0 +1,84 @@
+"""What workflow code and step bodies are handed: `WorkflowContext` and `StepContext`."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from ._steps import StepApi
+
+
+class Fence(NamedTuple):
+    """A run's fencing token: strictly increasing with every claim of the run.
+
+    Pass it to systems outside the database and have them refuse a token lower than the
+    highest they have seen; that keeps a worker that lost its lease from acting.
+    """
+
+    run_id: str
+    fence: int
+
+
+@dataclass
+class StepContext:
+    """Handed to a step body that declares it as its first parameter.
+
+    Example:
+        ```python
+        def copy(ctx: StepContext, src: str, dst: str) -> str:
+            for chunk in chunks(src):
+                ctx.raise_if_cancelled()
+                ...
+        ```
+    """
+
+    run_id: str
+    step: str
+    attempt: int
+    fence: Fence
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _heartbeat: Callable[[], Awaitable[None]] | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def raise_if_cancelled(self) -> None:
+        """Raise `asyncio.CancelledError` if the run was canceled or its lease was lost."""
+        if self.cancelled.is_set():
+            raise asyncio.CancelledError(f"step {self.step!r} of run {self.run_id} was cancelled")
+
+    def heartbeat(self) -> None:
+        """Renew the run's lease now (a long step may call this between chunks of work)."""
+        if self._heartbeat is None or self._loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._loop.create_task(self._heartbeat())
+        else:
+            asyncio.run_coroutine_threadsafe(self._heartbeat(), self._loop).result(timeout=30)
+
+
+@dataclass
+class WorkflowContext:
+    """Handed to a workflow function as its first argument.
+
+    Attributes:
+        run_id: the run being executed.
+        workflow: the workflow's name.
+        version: the workflow's version.
+        attempt: the workflow attempt (1 until a workflow-level retry).
+        step: the durable step API (`run`, `sleep`, `wait_for_signal`, `transaction`,
+            `run_workflow`, `send_signal`).
+    """
+
+    run_id: str
+    workflow: str
+    version: str
+    attempt: int
+    step: StepApi
+    input: Any = None

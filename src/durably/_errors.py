@@ -1,0 +1,138 @@
+"""The exception tree of durably.
+
+    DurablyError                     root; its docstring is the default message
+    ├── ConfigurationError           bad URL, schema name, duration, option
+    ├── InvalidInput                 workflow input or payload rejected; nothing was written
+    │   └── PayloadTooLarge          a JSON payload over the configured limit
+    ├── WorkflowNotFound             no workflow registered under that name (and version)
+    ├── RunNotFound                  no run with that id
+    ├── RunTerminalError             the run already finished; the message names its status
+    ├── IdempotencyConflictError     same idempotency key, different input
+    ├── NonDeterminismError          replay found a different step than history recorded
+    ├── LeaseLostError               this worker no longer owns the run; nothing was committed
+    ├── StepFailedError              a step failed for good (raised in the workflow, also on replay)
+    ├── ChildWorkflowError           a child run failed or was canceled
+    ├── WorkflowTimeoutError         waiting for a child (or a result) took longer than allowed
+    ├── DeadlineExceeded             the run's deadline_at passed
+    ├── RunFailedError               `handle.result()` of a run that failed or was canceled
+    └── DatabaseUnavailable          the database could not be reached
+
+A step body may raise `NonRetryableError` (not a DurablyError: it is the user's) to fail
+its step at once, without spending the remaining attempts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DurablyError(Exception):
+    """Something went wrong in durably."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(DurablyError):
+    """The configuration is invalid."""
+
+
+class InvalidInput(DurablyError):
+    """The input was rejected; nothing was written."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """The payload is larger than the configured limit."""
+
+
+class WorkflowNotFound(DurablyError):
+    """No workflow is registered under that name."""
+
+
+class RunNotFound(DurablyError):
+    """No run has that id."""
+
+
+class RunTerminalError(DurablyError):
+    """The run has already finished."""
+
+    def __init__(self, run_id: str, status: str, action: str = "change") -> None:
+        super().__init__(f"cannot {action} run {run_id}: it is already {status}")
+        self.run_id = run_id
+        self.status = status
+
+
+class IdempotencyConflictError(DurablyError):
+    """A run with this idempotency key exists with a different input."""
+
+
+class NonDeterminismError(DurablyError):
+    """The workflow code no longer matches the run's recorded history."""
+
+    def __init__(self, position: int, expected: str, found: str) -> None:
+        super().__init__(
+            f"non-deterministic replay at step position {position}: history has "
+            f"{expected!r}, the code now calls {found!r}. Start a new run or register "
+            "the changed code under a new version."
+        )
+        self.position = position
+        self.expected = expected
+        self.found = found
+
+
+class LeaseLostError(DurablyError):
+    """This worker lost the run's lease; nothing was committed."""
+
+
+class StepFailedError(DurablyError):
+    """A step failed for good."""
+
+    def __init__(self, step: str, error: dict[str, Any]) -> None:
+        super().__init__(f"step {step!r} failed: {error.get('type')}: {error.get('message')}")
+        self.step = step
+        self.error = error
+
+
+class ChildWorkflowError(DurablyError):
+    """A child workflow failed or was canceled."""
+
+    def __init__(self, run_id: str, status: str, error: dict[str, Any] | None) -> None:
+        detail = f": {error.get('message')}" if error else ""
+        super().__init__(f"child run {run_id} {status}{detail}")
+        self.run_id = run_id
+        self.status = status
+        self.error = error
+
+
+class WorkflowTimeoutError(DurablyError):
+    """The wait timed out."""
+
+
+class DeadlineExceeded(DurablyError):
+    """The run's deadline passed."""
+
+
+class RunFailedError(DurablyError):
+    """The run did not complete."""
+
+    def __init__(self, run_id: str, status: str, error: dict[str, Any] | None) -> None:
+        detail = f": {error.get('type')}: {error.get('message')}" if error else ""
+        super().__init__(f"run {run_id} {status}{detail}")
+        self.run_id = run_id
+        self.status = status
+        self.error = error
+
+
+class DatabaseUnavailable(DurablyError):
+    """The database could not be reached."""
+
+
+class NonRetryableError(Exception):
+    """Raise from a step body to fail the step without further attempts."""
+
+
+def describe(exc: BaseException) -> dict[str, Any]:
+    """The JSON form of an error as stored on runs and step attempts."""
+    if isinstance(exc, StepFailedError):
+        return dict(exc.error)
+    return {"type": type(exc).__name__, "message": str(exc)}

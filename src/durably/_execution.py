@@ -1,0 +1,271 @@
+"""Executing one claimed run: replay, run new steps, park, finish, compensate.
+
+The workflow function runs as a task. Step calls found completed in history return their
+stored result at once; a new step runs its body and records the outcome (fenced). A call
+that must wait (sleep, signal, child, retry back-off) "suspends": it records what it waits
+for and blocks forever. Once something suspended, new step bodies are deferred, the ones
+in flight finish and are recorded, and then the run parks with the earliest wake time and
+the task is dropped. The next claim replays from the start. So a run parked on a sleep
+while a sibling step was in flight neither loses that step nor runs it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ._clock import Clock
+from ._codec import decode, encode
+from ._context import StepContext, WorkflowContext
+from ._errors import (
+    DatabaseUnavailable,
+    DeadlineExceeded,
+    LeaseLostError,
+    NonDeterminismError,
+    describe,
+)
+from ._replay import History
+from ._store import Lease, Store
+from .backends import Row
+
+if TYPE_CHECKING:
+    from ._workflow import Workflow
+
+log = logging.getLogger("durably.worker")
+
+# A step that ends sooner than this is recorded with one write (its end); a longer one also
+# gets a `running` row after this delay, so that `show` and crash recovery can see it.
+START_RECORD_DELAY_S = 0.05
+CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
+
+
+class StopReplay(BaseException):
+    """Internal: the end of history was reached while only collecting compensations."""
+
+
+@dataclass
+class Suspension:
+    wake_at: datetime | None
+    label: str
+    retry: bool = False
+
+
+@dataclass
+class Compensation:
+    position: int
+    step: str
+    undo: Callable[..., Any]
+    value: Any
+
+
+@dataclass
+class Outcome:
+    parked: bool = False
+    value: Any = None
+    error: BaseException | None = None
+    # The attempt counts of the run when claimed, for the workflow's own retry policy.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Execution:
+    """One claim of one run, from replay to park or finish."""
+
+    def __init__(
+        self,
+        store: Store,
+        workflow: Workflow,
+        row: Row,
+        worker_id: str,
+        clock: Clock,
+        threads: Executor | None,
+        max_payload: int,
+        on_park: Callable[[float | None], None],
+        heartbeat: Callable[[], Awaitable[None]],
+    ) -> None:
+        from ._steps import StepApi
+
+        self.store = store
+        self.workflow = workflow
+        self.row = row
+        self.lease = Lease(row["id"], row["fence"], worker_id)
+        self.history = History.parse(row["history"])
+        self.clock = clock
+        self.threads = threads
+        self.max_payload = max_payload
+        self.on_park = on_park
+        self.heartbeat = heartbeat
+        self._db_now: datetime = row["db_now"]
+        self._mono_at_claim = clock.monotonic()
+        self._position = 0
+        self.in_flight = 0
+        self.suspensions: list[Suspension] = []
+        self.compensations: list[Compensation] = []
+        self.collect_only = bool(row["compensating"]) and row["status"] == "canceled"
+        self.step_contexts: set[StepContext] = set()
+        self._changed = asyncio.Event()
+        self._deadline_hit = False
+        self.steps = StepApi(self)
+
+    @property
+    def run_id(self) -> str:
+        return self.lease.run_id
+
+    def now(self) -> datetime:
+        """The database's time, estimated from the claim's `now()` and the elapsed time."""
+        return self._db_now + timedelta(seconds=self.clock.monotonic() - self._mono_at_claim)
+
+    def next_position(self) -> int:
+        self._position += 1
+        return self._position
+
+    def changed(self) -> None:
+        self._changed.set()
+
+    def encode(self, value: Any, what: str) -> str:
+        return encode(value, what, self.max_payload)
+
+    # --------------------------------------------------------------- suspension
+
+    async def suspend(self, wake_at: datetime | None, label: str, retry: bool = False) -> Any:
+        """Ask to park until `wake_at` (None: until woken); never returns."""
+        self.suspensions.append(Suspension(wake_at, label, retry))
+        self.changed()
+        await asyncio.get_running_loop().create_future()
+
+    async def defer_if_parking(self) -> None:
+        """New work waits for the next claim once the run is about to park."""
+        if self.suspensions:
+            await asyncio.get_running_loop().create_future()
+
+    # --------------------------------------------------------------- the run
+
+    async def execute(self) -> None:
+        """Run the claim to its end: park, retry, finish, or give up on a lost lease."""
+        try:
+            if self.collect_only:
+                await self._compensate_canceled()
+            else:
+                await self._execute_workflow()
+        except LeaseLostError as exc:
+            log.warning("run %s: %s", self.run_id, exc)
+        except DatabaseUnavailable as exc:
+            log.warning("run %s: %s; it is left to be claimed again", self.run_id, exc)
+        finally:
+            for sctx in self.step_contexts:
+                sctx.cancelled.set()
+
+    async def _execute_workflow(self) -> None:
+        deadline = self.row["deadline_at"]
+        if deadline is not None and deadline <= self.now():
+            outcome = Outcome(error=DeadlineExceeded(f"run passed its deadline {deadline}"))
+        else:
+            outcome = await self.drive(self._call_workflow(), deadline)
+        if outcome.parked:
+            return
+        if outcome.error is None:
+            out = self.encode(outcome.value, "the workflow's result")
+            await self.store.finish_run(self.lease, "completed", output_json=out)
+            return
+        error = outcome.error
+        attempts = self.row["attempts"]
+        retryable = not isinstance(error, NonDeterminismError | DeadlineExceeded)
+        if retryable and attempts < self.row["max_attempts"]:
+            delay = self.workflow.retry.delay(attempts).total_seconds()
+            await self.store.retry_run(self.lease, describe(error), delay)
+            self.on_park(delay)
+            return
+        if (await self.drive(self._compensate(), None)).parked:
+            return
+        await self.store.finish_run(self.lease, "failed", error=describe(error))
+
+    async def _call_workflow(self) -> Any:
+        wf = self.workflow
+        ctx = WorkflowContext(
+            run_id=self.run_id, workflow=wf.name, version=wf.version,
+            attempt=self.row["attempts"], step=self.steps,
+        )  # fmt: skip
+        if not wf.takes_input:
+            return await wf.fn(ctx)
+        ctx.input = wf.parse_input(decode(self.row["input"]))
+        return await wf.fn(ctx, ctx.input)
+
+    async def drive(self, coro: Coroutine[Any, Any, Any], deadline: datetime | None) -> Outcome:
+        """Run `coro` until it returns, raises, or everything left is waiting (then park)."""
+        task = asyncio.create_task(coro)
+        timer = None
+        if deadline is not None:
+            delay = (deadline - self.now()).total_seconds()
+            timer = asyncio.get_running_loop().call_later(max(delay, 0), self._hit_deadline, task)
+        try:
+            while not task.done():
+                self._changed.clear()
+                waiter = asyncio.ensure_future(self._changed.wait())
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if not task.done() and self.suspensions and self.in_flight == 0:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopReplay):
+                        await task
+                    await self._park()
+                    return Outcome(parked=True)
+            if self._deadline_hit:
+                return Outcome(error=DeadlineExceeded(f"run passed its deadline {deadline}"))
+            exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
+            if isinstance(exc, LeaseLostError | DatabaseUnavailable):
+                raise exc
+            if isinstance(exc, StopReplay):
+                return Outcome()
+            return Outcome(value=None if exc else task.result(), error=exc)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if not task.done():
+                task.cancel()
+                for sctx in self.step_contexts:
+                    sctx.cancelled.set()
+
+    def _hit_deadline(self, task: asyncio.Task[Any]) -> None:
+        self._deadline_hit = True
+        for sctx in self.step_contexts:
+            sctx.cancelled.set()
+        task.cancel()
+
+    async def _park(self) -> None:
+        wakes = [s.wake_at for s in self.suspensions if s.wake_at is not None]
+        wake_at = min(wakes) if wakes else None
+        status = "pending" if all(s.retry for s in self.suspensions) else "waiting"
+        label = ", ".join(dict.fromkeys(s.label for s in self.suspensions))
+        available = await self.store.park(self.lease, status, wake_at, label[:500])
+        if available is not None:
+            self.on_park((available - self.now()).total_seconds())
+
+    # --------------------------------------------------------------- compensation
+
+    async def _compensate(self) -> None:
+        done = self.history.compensations_done()
+        for comp in reversed(self.compensations):
+            if comp.position not in done:
+                await self.steps.run_compensation(comp)
+
+    async def _compensate_canceled(self) -> None:
+        outcome = await self.drive(self._collect_then_compensate(), None)
+        if outcome.parked:
+            return
+        if outcome.error is not None:
+            log.error("run %s: compensation failed: %s", self.run_id, outcome.error)
+        await self.store.finish_run(
+            self.lease, "canceled", error=decode(self.row["error"]) or {"type": "Canceled"}
+        )
+
+    async def _collect_then_compensate(self) -> None:
+        with contextlib.suppress(StopReplay, Exception):
+            await self._call_workflow()
+        self.collect_only = False
+        await self._compensate()

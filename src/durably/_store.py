@@ -1,0 +1,368 @@
+"""The engine's operations on its tables, over either dialect's named queries.
+
+Everything that writes on behalf of a worker is fenced: it carries a `Lease` and commits
+only while that lease is live (see the header of each `queries.sql`). Everything that
+clients call (start, signal, cancel) may run inside the caller's own transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ._codec import decode, encode
+from ._errors import (
+    IdempotencyConflictError,
+    LeaseLostError,
+    RunNotFound,
+    RunTerminalError,
+)
+from ._models import Run, StepAttempt
+from .backends import Connector, Row, Tx
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's claim on a run: valid while the run's fence and worker are still these."""
+
+    run_id: str
+    fence: int
+    worker_id: str
+
+    def params(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "fence": self.fence, "worker_id": self.worker_id}
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What `start()` asks to be stored."""
+
+    workflow: str
+    version: str
+    input_json: str
+    max_attempts: int
+    idempotency_key: str | None = None
+    available_at: datetime | None = None
+    deadline_at: datetime | None = None
+    parent_run_id: str | None = None
+    run_id: str | None = None
+    trace_context: str | None = None
+
+
+class Store:
+    """durably's tables, as operations."""
+
+    def __init__(self, connector: Connector, namespace: str) -> None:
+        self.db = connector
+        self.namespace = namespace
+        self.channel = f"durably_{connector.schema}"
+
+    # ----------------------------------------------------------------- client side
+
+    async def create_run(self, new: NewRun, external: Any = None) -> tuple[Run, bool]:
+        """Insert a run, or return the one its idempotency key already names."""
+        async with self.db.transaction(external) as tx:
+            run, created = await self.insert_run(tx, new)
+        if created and (run.available_at is None or run.status == "pending"):
+            self.db.notify_local("run")
+        return run, created
+
+    async def insert_run(self, tx: Tx, new: NewRun) -> tuple[Run, bool]:
+        rows = await tx.fetch(
+            "insert_run",
+            id=new.run_id or uuid.uuid4().hex,
+            namespace=self.namespace,
+            workflow=new.workflow,
+            version=new.version,
+            input=new.input_json,
+            idempotency_key=new.idempotency_key,
+            max_attempts=new.max_attempts,
+            available_at=new.available_at,
+            deadline_at=new.deadline_at,
+            parent_run_id=new.parent_run_id,
+            trace_context=new.trace_context,
+            channel=self.channel,
+        )
+        if rows:
+            return Run.from_row(rows[0]), True
+        if new.idempotency_key is None:
+            # Only a fixed child id can collide: the child was started before.
+            existing = await tx.fetch("get_run", run_id=new.run_id)
+            return Run.from_row(existing[0]), False
+        existing = await tx.fetch(
+            "get_run_by_key",
+            namespace=self.namespace,
+            workflow=new.workflow,
+            idempotency_key=new.idempotency_key,
+        )
+        run = Run.from_row(existing[0])
+        if run.input != decode(new.input_json):
+            raise IdempotencyConflictError(
+                f"idempotency key {new.idempotency_key!r} already started run {run.run_id} "
+                f"of {new.workflow!r} with a different input; use another key"
+            )
+        return run, False
+
+    async def get_run(self, run_id: str) -> Run:
+        rows = await self.db.fetch("get_run", run_id=run_id)
+        if not rows:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        return Run.from_row(rows[0])
+
+    async def list_runs(
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        due_before: datetime | None = None,
+    ) -> list[Run]:
+        rows = await self.db.fetch(
+            "list_runs", status=status, workflow=workflow, limit=limit, due_before=due_before
+        )
+        return [Run.from_row(r) for r in rows]
+
+    async def list_steps(self, run_id: str) -> list[StepAttempt]:
+        await self.get_run(run_id)
+        rows = await self.db.fetch("list_steps", run_id=run_id)
+        return [StepAttempt.from_row(r) for r in rows]
+
+    async def send_signal(
+        self,
+        name: str,
+        data_json: str,
+        idempotency_key: str | None,
+        run_id: str | None,
+        external: Any = None,
+    ) -> dict[str, Any]:
+        async with self.db.transaction(external) as tx:
+            result = await self.send_signal_in(tx, name, data_json, idempotency_key, run_id)
+        if result["delivered_to"]:
+            self.db.notify_local("run")
+        return result
+
+    async def send_signal_in(
+        self, tx: Tx, name: str, data_json: str, idempotency_key: str | None, run_id: str | None
+    ) -> dict[str, Any]:
+        """Deliver to every waiter (or the addressed run), else buffer; in the caller's tx."""
+        # Serializes sends and waits on one name, so a wait never misses a send in flight.
+        await self.lock_signal(tx, name)
+        if idempotency_key is not None:
+            found = await tx.fetch(
+                "find_signal", namespace=self.namespace, name=name,
+                idempotency_key=idempotency_key,
+            )  # fmt: skip
+            if found:
+                return {
+                    "delivered_to": decode(found[0]["delivered_to"]),
+                    "buffered": bool(found[0]["buffered"]),
+                    "duplicate": True,
+                }
+        if run_id is not None:
+            target = await tx.fetch("get_run_for_share", run_id=run_id)
+            if not target:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            if target[0]["status"] in ("completed", "failed", "canceled"):
+                raise RunTerminalError(run_id, target[0]["status"], "signal")
+        rows = await tx.fetch(
+            "deliver_signal", namespace=self.namespace, name=name, data=data_json,
+            run_id=run_id, channel=self.channel, token=uuid.uuid4().hex,
+        )  # fmt: skip
+        delivered = sorted({r["run_id"] for r in rows})
+        await tx.fetch(
+            "insert_signal", namespace=self.namespace, name=name, data=data_json,
+            idempotency_key=idempotency_key, run_id=run_id,
+            delivered_to=encode(delivered, "delivered_to"), buffered=not delivered,
+        )  # fmt: skip
+        return {"delivered_to": delivered, "buffered": not delivered, "duplicate": False}
+
+    async def cancel(self, run_id: str, error: dict[str, Any]) -> Run:
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch("get_run_for_share", run_id=run_id)
+            if not rows:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            if rows[0]["status"] in ("completed", "failed", "canceled"):
+                raise RunTerminalError(run_id, rows[0]["status"], "cancel")
+            canceled = await tx.fetch(
+                "cancel_tree", run_id=run_id, error=encode(error, "error"),
+                channel=self.channel, token=uuid.uuid4().hex,
+            )  # fmt: skip
+        for row in canceled:
+            self.db.notify_local(f"cancel:{row['id']}")
+        self.db.notify_local("run")
+        return await self.get_run(run_id)
+
+    # ----------------------------------------------------------------- worker side
+
+    async def claim(
+        self, worker_id: str, pairs: list[tuple[str, str]], limit: int, lease_s: float
+    ) -> list[Row]:
+        return await self.db.fetch(
+            "claim",
+            worker_id=worker_id,
+            workflows=[p[0] for p in pairs],
+            versions=[p[1] for p in pairs],
+            limit=limit,
+            lease=lease_s,
+            token=uuid.uuid4().hex,
+        )
+
+    async def next_due(self, pairs: list[tuple[str, str]]) -> tuple[datetime | None, datetime]:
+        rows = await self.db.fetch(
+            "next_due", workflows=[p[0] for p in pairs], versions=[p[1] for p in pairs]
+        )
+        return rows[0]["next_at"], rows[0]["db_now"]
+
+    async def heartbeat(self, worker_id: str, held: dict[str, int], lease_s: float) -> set[str]:
+        """Renew every lease in `held`; the run ids whose lease still holds."""
+        rows = await self.db.fetch(
+            "heartbeat", worker_id=worker_id, ids=list(held), fences=list(held.values()),
+            lease=lease_s,
+        )  # fmt: skip
+        return {r["id"] for r in rows}
+
+    async def check_held(self, worker_id: str, held: dict[str, int]) -> set[str]:
+        """Of the runs in `held`, those this worker still owns (without renewing)."""
+        rows = await self.db.fetch(
+            "check_held", worker_id=worker_id, ids=list(held), fences=list(held.values())
+        )
+        return {r["id"] for r in rows}
+
+    async def record_start(
+        self,
+        lease: Lease,
+        position: int,
+        attempt: int,
+        step: str,
+        kind: str,
+        *,
+        tx: Tx | None = None,
+        signal: str | None = None,
+        child_run_id: str | None = None,
+        wait_s: float | None = None,
+    ) -> datetime | None:
+        """Record an attempt as running; for waits, the wake time (now + wait_s, DB clock)."""
+        params = dict(
+            lease.params(), position=position, attempt=attempt, step=step, kind=kind,
+            signal=signal, child_run_id=child_run_id, wait_s=wait_s,
+        )  # fmt: skip
+        rows = await (tx.fetch if tx else self.db.fetch)(
+            "record_start", **params
+        )
+        if not rows and tx is not None:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id} before step {step!r}")
+        return rows[0]["wake_at"] if rows else None  # type: ignore[no-any-return]
+
+    async def record_finish(
+        self,
+        lease: Lease,
+        position: int,
+        attempt: int,
+        step: str,
+        kind: str,
+        status: str,
+        *,
+        output_json: str | None = None,
+        error: dict[str, Any] | None = None,
+        final: bool = False,
+        compensable: bool = False,
+        elapsed_s: float = 0.0,
+        tx: Tx | None = None,
+    ) -> None:
+        """Record an attempt's end; LeaseLostError (nothing written) without a live lease."""
+        rows = await (tx.fetch if tx else self.db.fetch)(
+            "record_finish", **lease.params(), position=position, attempt=attempt, step=step,
+            kind=kind, status=status, final=final, compensable=compensable,
+            output=output_json, error=encode(error, "error") if error else None,
+            elapsed_s=elapsed_s,
+        )  # fmt: skip
+        if not rows:
+            raise LeaseLostError(
+                f"lost the lease on run {lease.run_id}; the result of step {step!r} was not "
+                "recorded and another worker will run it"
+            )
+
+    async def resolve_wait(
+        self,
+        tx: Tx,
+        lease: Lease,
+        position: int,
+        attempt: int,
+        status: str,
+        output_json: str | None,
+        error: dict[str, Any] | None = None,
+    ) -> Row | None:
+        """End a wait that is still running; if something else ended it first, its row."""
+        rows = await tx.fetch(
+            "resolve_wait", **lease.params(), position=position, attempt=attempt,
+            status=status, final=status == "failed", output=output_json,
+            error=encode(error, "error") if error else None,
+        )  # fmt: skip
+        if rows:
+            return None
+        current = await tx.fetch(
+            "get_attempt", run_id=lease.run_id, position=position, attempt=attempt
+        )
+        if not current or current[0]["status"] == "running":
+            raise LeaseLostError(f"lost the lease on run {lease.run_id}")
+        return current[0]
+
+    async def lock_signal(self, tx: Tx, name: str) -> None:
+        """Serialize with every send and wait on `name` until `tx` ends."""
+        await tx.fetch("lock_signal", namespace=self.namespace, name=name)
+
+    async def take_signal(self, tx: Tx, name: str, run_id: str) -> Row | None:
+        await self.lock_signal(tx, name)
+        rows = await tx.fetch("take_signal", namespace=self.namespace, name=name, run_id=run_id)
+        return rows[0] if rows else None
+
+    async def check_lease(self, tx: Tx, lease: Lease) -> datetime:
+        rows = await tx.fetch("check_lease", **lease.params())
+        if not rows:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id}; nothing was committed")
+        return rows[0]["db_now"]  # type: ignore[no-any-return]
+
+    async def park(
+        self, lease: Lease, status: str, wake_at: datetime | None, waiting_for: str | None,
+        error: dict[str, Any] | None = None,
+    ) -> datetime | None:  # fmt: skip
+        rows = await self.db.fetch(
+            "park", **lease.params(), status=status, wake_at=wake_at, waiting_for=waiting_for,
+            error=encode(error, "error") if error else None,
+        )  # fmt: skip
+        if not rows:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id} while parking it")
+        return rows[0]["available_at"]  # type: ignore[no-any-return]
+
+    async def release(self, lease: Lease) -> None:
+        await self.db.fetch("release", **lease.params())
+        self.db.notify_local("run")
+
+    async def retry_run(self, lease: Lease, error: dict[str, Any], delay_s: float) -> None:
+        rows = await self.db.fetch(
+            "retry_run", **lease.params(), error=encode(error, "error"), delay_s=delay_s
+        )
+        if not rows:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id}")
+
+    async def finish_run(
+        self,
+        lease: Lease,
+        status: str,
+        output_json: str | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        rows = await self.db.fetch(
+            "finish_run", **lease.params(), status=status, output=output_json,
+            error=encode(error, "error") if error else None, channel=self.channel,
+        )  # fmt: skip
+        if not rows:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id}; its end was not recorded")
+        self.db.notify_local("run")
+
+    async def get_attempt(self, run_id: str, position: int, attempt: int) -> Row | None:
+        rows = await self.db.fetch(
+            "get_attempt", run_id=run_id, position=position, attempt=attempt
+        )
+        return rows[0] if rows else None

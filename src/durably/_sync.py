@@ -1,0 +1,77 @@
+"""The client API for code without an event loop (scripts, Django or Flask views).
+
+Each method runs the async method of the same name on a private event loop in a
+background thread; the signatures and documentation are the async ones, not a copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+from ._app import Durably
+from ._workflow import RunHandle
+
+if TYPE_CHECKING:
+    from ._models import Run
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _blocking(
+    method: Callable[Concatenate[Durably, P], Awaitable[T]],
+) -> Callable[Concatenate[SyncDurably, P], T]:
+    @functools.wraps(method)
+    def call(self: SyncDurably, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.run(method(self.app, *args, **kwargs))
+
+    return call
+
+
+class SyncDurably:
+    """`app.sync`: start, signal, cancel and query without `await`.
+
+    Example:
+        ```python
+        run_id = app.sync.start("acquire", {"id": "d1"}).run_id
+        app.sync.send_signal("download-done:d1", {"ok": True})
+        ```
+    """
+
+    _lock = threading.Lock()
+    _loops: dict[int, asyncio.AbstractEventLoop] = {}
+
+    def __init__(self, app: Durably) -> None:
+        self.app = app
+        with self._lock:
+            loop = self._loops.get(id(app))
+            if loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="durably-sync", daemon=True).start()
+                self._loops[id(app)] = loop
+        self._loop = loop
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine of the app on the facade's loop; its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    start = _blocking(Durably.start)
+    send_signal = _blocking(Durably.send_signal)
+    cancel = _blocking(Durably.cancel)
+    get_run = _blocking(Durably.get_run)
+    list_runs = _blocking(Durably.list_runs)
+    list_steps = _blocking(Durably.list_steps)
+    migrate = _blocking(Durably.migrate)
+    close = _blocking(Durably.close)
+
+    def result(self, run_id: str, timeout: float | None = None) -> Any:
+        """Wait for a run to finish; its output (see `RunHandle.result`)."""
+        return self.run(RunHandle(self.app, run_id).result(timeout))
+
+    def wait(self, run_id: str, timeout: float | None = None) -> Run:
+        """Wait for a run to finish; the run (see `RunHandle.wait`)."""
+        return self.run(RunHandle(self.app, run_id).wait(timeout))

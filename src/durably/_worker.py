@@ -1,0 +1,250 @@
+"""The worker: claims due runs, executes them, renews their leases, drains on SIGTERM.
+
+Idle, a worker waits for a wake-up (PostgreSQL NOTIFY; SQLite's data_version) or the
+next known due time, with a slow poll only as a fallback, so an idle worker costs about
+two queries per poll interval. Leases are renewed for all held runs in one statement; a
+run whose lease is lost (or that is canceled) has its step bodies cancelled at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from ._durations import Duration, parse_duration
+from ._errors import DatabaseUnavailable
+from ._execution import Execution
+from .backends import Row
+
+if TYPE_CHECKING:
+    from ._app import Durably
+
+log = logging.getLogger("durably.worker")
+
+
+class Worker:
+    """Executes the app's registered workflows. See `Durably.worker`."""
+
+    def __init__(
+        self,
+        app: Durably,
+        concurrency: int = 10,
+        lease: Duration = "30s",
+        heartbeat: Duration = "10s",
+        worker_id: str | None = None,
+        poll_interval: Duration = "5s",
+        shutdown_grace: Duration = "10s",
+    ) -> None:
+        self.app = app
+        self.concurrency = max(1, concurrency)
+        self.lease_s = parse_duration(lease).total_seconds()
+        self.heartbeat_s = parse_duration(heartbeat).total_seconds()
+        self.poll_s = parse_duration(poll_interval).total_seconds()
+        self.grace_s = parse_duration(shutdown_grace).total_seconds()
+        if self.heartbeat_s >= self.lease_s:
+            self.heartbeat_s = self.lease_s / 3
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.running: dict[str, tuple[Execution, asyncio.Task[None]]] = {}
+        self._lease_until: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="durably-step")
+        self._timers: list[asyncio.TimerHandle] = []
+        self._check_task: asyncio.Task[None] | None = None
+        self._background: asyncio.Task[None] | None = None
+
+    # --------------------------------------------------------------- lifecycle
+
+    def stop(self) -> None:
+        """Stop claiming; finish or release what is held, then return from `run()`."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def __aenter__(self) -> Worker:
+        """Run the worker in the background of this event loop (tests, embedding)."""
+        self._background = asyncio.create_task(self.run(install_signals=False))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop()
+        if self._background is not None:
+            await self._background
+
+    async def run(self, install_signals: bool = True) -> None:
+        """Work until stopped (`stop()`, SIGTERM or SIGINT)."""
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, self.stop)
+        await self._open_with_backoff()
+        stop_listening = await self.app.connector.listen(self._on_message)
+        beat = asyncio.create_task(self._heartbeat_loop(), name="durably-heartbeat")
+        log.info("worker %s started (%d slots)", self.worker_id, self.concurrency)
+        try:
+            await self._claim_loop()
+            await self._drain()
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            await stop_listening()
+            for timer in self._timers:
+                timer.cancel()
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            log.info("worker %s stopped", self.worker_id)
+
+    async def _open_with_backoff(self) -> None:
+        delay = 0.1
+        while not self._stopping.is_set():
+            try:
+                await self.app.open()
+                return
+            except DatabaseUnavailable as exc:
+                log.warning("%s; retrying in %.1fs", exc, delay)
+                await self._sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    # --------------------------------------------------------------- claiming
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        return list(self.app.workflows)
+
+    async def _claim_loop(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            self._wake.clear()
+            timeout = self.poll_s
+            free = self.concurrency - len(self.running)
+            try:
+                if free > 0:
+                    rows = await self.app.store.claim(
+                        self.worker_id, self._pairs(), free, self.lease_s
+                    )
+                    for row in rows:
+                        self._execute(row)
+                    if len(rows) == free:
+                        continue
+                    next_at, db_now = await self.app.store.next_due(self._pairs())
+                    if next_at is not None:
+                        timeout = min(timeout, max((next_at - db_now).total_seconds(), 0.001))
+                backoff = 0.1
+            except DatabaseUnavailable as exc:
+                log.warning("%s; retrying in %.1fs", exc, backoff)
+                timeout, backoff = backoff, min(backoff * 2, 5.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def _execute(self, row: Row) -> None:
+        wf = self.app.workflows[(row["workflow"], row["version"])]
+        run_id = row["id"]
+        execution = Execution(
+            self.app.store, wf, row, self.worker_id, self.app.clock, self._threads,
+            self.app.max_payload, self._wake_at, lambda: self._renew([run_id]),
+        )  # fmt: skip
+        task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
+        self.running[run_id] = (execution, task)
+        self._lease_until[run_id] = asyncio.get_running_loop().time() + self.lease_s
+        task.add_done_callback(lambda _: self._finished(run_id, task))
+
+    def _finished(self, run_id: str, task: asyncio.Task[None]) -> None:
+        if self.running.get(run_id, (None, None))[1] is task:
+            del self.running[run_id]
+            self._lease_until.pop(run_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("run %s: unexpected error", run_id, exc_info=task.exception())
+        self._wake.set()
+
+    def _wake_at(self, delay: float | None) -> None:
+        """A run parked for `delay` seconds: look for work again then."""
+        if delay is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._timers = [t for t in self._timers if not t.cancelled()]
+        self._timers.append(loop.call_later(max(delay, 0.0), self._wake.set))
+
+    def _on_message(self, message: str) -> None:
+        if message.startswith("cancel:"):
+            self._abort(message.removeprefix("cancel:"), "the run was canceled")
+        elif message == "changed" and self.running:
+            if self._check_task is None or self._check_task.done():
+                self._check_task = asyncio.create_task(self._check_held())
+        self._wake.set()
+
+    async def _check_held(self) -> None:
+        held = self._held()
+        with contextlib.suppress(DatabaseUnavailable):
+            still = await self.app.store.check_held(self.worker_id, held)
+            for run_id in set(held) - still:
+                self._abort(run_id, "the run was canceled or taken over")
+        await asyncio.sleep(0.1)  # at most ten checks a second
+
+    def _abort(self, run_id: str, why: str) -> None:
+        entry = self.running.get(run_id)
+        if entry is not None:
+            log.warning("run %s: %s; cancelling its step bodies", run_id, why)
+            for sctx in entry[0].step_contexts:
+                sctx.cancelled.set()
+            entry[1].cancel()
+
+    # --------------------------------------------------------------- leases
+
+    def _held(self) -> dict[str, int]:
+        return {run_id: x.lease.fence for run_id, (x, _) in self.running.items()}
+
+    async def _renew(self, run_ids: list[str]) -> None:
+        held = {k: v for k, v in self._held().items() if k in run_ids}
+        if not held:
+            return
+        sent = asyncio.get_running_loop().time()
+        still = await self.app.store.heartbeat(self.worker_id, held, self.lease_s)
+        for run_id in held:
+            if run_id in still:
+                self._lease_until[run_id] = sent + self.lease_s
+            else:
+                self._abort(run_id, "its lease was lost")
+
+    async def _heartbeat_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._next_beat(loop.time()))
+            try:
+                await self._renew(list(self.running))
+            except DatabaseUnavailable as exc:
+                log.warning("heartbeat failed: %s", exc)
+            now = loop.time()
+            for run_id, until in list(self._lease_until.items()):
+                if until <= now:
+                    self._abort(run_id, "its lease expired before it could be renewed")
+
+    def _next_beat(self, now: float) -> float:
+        soonest = min(self._lease_until.values(), default=now + self.heartbeat_s)
+        return max(0.01, min(self.heartbeat_s, soonest - now))
+
+    # --------------------------------------------------------------- shutdown
+
+    async def _drain(self) -> None:
+        if not self.running:
+            return
+        log.info("draining %d runs (up to %.0fs)", len(self.running), self.grace_s)
+        tasks = [task for _, task in self.running.values()]
+        await asyncio.wait(tasks, timeout=self.grace_s)
+        leftover: list[Any] = [x for x, task in self.running.values() if not task.done()]
+        for x in leftover:
+            self._abort(x.run_id, "the worker is shutting down")
+        await asyncio.gather(*(task for _, task in self.running.values()),
+                             return_exceptions=True)  # fmt: skip
+        for x in leftover:
+            with contextlib.suppress(Exception):
+                await self.app.store.release(x.lease)

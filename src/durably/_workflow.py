@@ -1,0 +1,166 @@
+"""Workflow definitions and run handles."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ._codec import encode, validate
+from ._durations import Duration, parse_duration, parse_instant
+from ._errors import RunFailedError, WorkflowTimeoutError
+from ._models import Run
+from ._retry import WORKFLOW_DEFAULT, RetryPolicy
+from ._store import NewRun
+
+if TYPE_CHECKING:
+    from ._app import Durably
+
+WorkflowFn = Callable[..., Awaitable[Any]]
+
+
+class Workflow:
+    """A registered workflow: `(name, version)` and its async function.
+
+    Created by `@app.workflow(...)`; start runs with `await wf.start(input)`.
+    """
+
+    def __init__(
+        self, app: Durably, fn: WorkflowFn, name: str, version: str, retry: RetryPolicy
+    ) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"workflow {name!r} must be an `async def` function")
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.version = version
+        self.retry = retry
+        params = list(inspect.signature(fn).parameters.values())
+        self.takes_input = len(params) >= 2
+        hints = typing.get_type_hints(fn) if self.takes_input else {}
+        self.input_type: Any = hints.get(params[1].name, Any) if self.takes_input else Any
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.name}@{self.version}>"
+
+    def parse_input(self, value: Any) -> Any:
+        """Stored (or given) input as the function's declared input type."""
+        return validate(self.input_type, value, f"input of workflow {self.name!r}")
+
+    def new_run(
+        self,
+        input: Any,
+        *,
+        idempotency_key: str | None = None,
+        available_at: datetime | str | None = None,
+        deadline_at: datetime | str | None = None,
+        parent_run_id: str | None = None,
+        run_id: str | None = None,
+    ) -> NewRun:
+        """Validate and encode a start request (nothing is written)."""
+        if self.takes_input:
+            value = self.parse_input(input)
+        elif input is not None:
+            from ._errors import InvalidInput
+
+            raise InvalidInput(f"workflow {self.name!r} takes no input")
+        else:
+            value = None
+        return NewRun(
+            workflow=self.name,
+            version=self.version,
+            input_json=encode(value, f"input of workflow {self.name!r}", self.app.max_payload),
+            max_attempts=self.retry.max_attempts,
+            idempotency_key=idempotency_key,
+            available_at=parse_instant(available_at) if available_at is not None else None,
+            deadline_at=parse_instant(deadline_at) if deadline_at is not None else None,
+            parent_run_id=parent_run_id,
+            run_id=run_id,
+        )
+
+    async def start(
+        self,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        available_at: datetime | str | None = None,
+        deadline_at: datetime | str | None = None,
+        connection: Any = None,
+    ) -> RunHandle:
+        """Start a run (or return the run this idempotency key already started).
+
+        Args:
+            input: validated against the function's input annotation.
+            idempotency_key: same key and equal input return the existing run; a
+                different input raises `IdempotencyConflictError`.
+            available_at: do not run before this time (datetime, ISO text or "+5s").
+            deadline_at: fail the run with `DeadlineExceeded` if it is not done by then.
+            connection: the caller's open psycopg or sqlite3 connection: the run is
+                written in its transaction (roll back and nothing was started).
+
+        Raises:
+            InvalidInput: the input does not fit; nothing was written.
+        """
+        new = self.new_run(
+            input, idempotency_key=idempotency_key, available_at=available_at,
+            deadline_at=deadline_at,
+        )  # fmt: skip
+        run, _ = await self.app.create_run(new, connection)
+        return RunHandle(self.app, run.run_id, run)
+
+
+class RunHandle:
+    """A started run: ask its status, wait for its result, cancel it."""
+
+    def __init__(self, app: Durably, run_id: str, run: Run | None = None) -> None:
+        self.app = app
+        self.run_id = run_id
+        self.run = run
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.run_id}>"
+
+    async def get(self) -> Run:
+        """The run as stored now."""
+        self.run = await self.app.get_run(self.run_id)
+        return self.run
+
+    async def status(self) -> str:
+        """The run's status now."""
+        return (await self.get()).status
+
+    async def cancel(self) -> Run:
+        """Cancel the run (see `Durably.cancel`)."""
+        return await self.app.cancel(self.run_id)
+
+    async def wait(self, timeout: Duration | None = None) -> Run:
+        """Wait until the run is terminal; the run. WorkflowTimeoutError after `timeout`."""
+        limit = parse_duration(timeout).total_seconds() if timeout is not None else None
+        loop = asyncio.get_running_loop()
+        until = loop.time() + limit if limit is not None else None
+        pause = 0.005
+        while True:
+            run = await self.get()
+            if run.terminal:
+                return run
+            if until is not None and loop.time() >= until:
+                raise WorkflowTimeoutError(
+                    f"run {self.run_id} is still {run.status} after {limit}s"
+                )
+            await asyncio.sleep(pause if until is None else min(pause, until - loop.time()))
+            pause = min(pause * 1.5, 0.25)
+
+    async def result(self, timeout: Duration | None = None) -> Any:
+        """Wait for the run to finish; its output.
+
+        Raises:
+            RunFailedError: the run failed or was canceled.
+            WorkflowTimeoutError: `timeout` passed first.
+        """
+        run = await self.wait(timeout)
+        if run.status != "completed":
+            raise RunFailedError(run.run_id, run.status, run.error)
+        return run.output

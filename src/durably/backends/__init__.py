@@ -1,0 +1,42 @@
+"""Storage backends: one factory picks the dialect from the URL."""
+
+from __future__ import annotations
+
+import re
+
+from .._clock import Clock
+from .._errors import ConfigurationError
+from ._base import Connector, Row, Tx
+
+__all__ = ["Connector", "Row", "Tx", "connect", "validate_schema"]
+
+_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,40}")
+
+
+def validate_schema(name: str) -> str:
+    """The schema name, if it is a plain lower-case identifier; else ConfigurationError."""
+    if not isinstance(name, str) or not _SCHEMA.fullmatch(name):
+        raise ConfigurationError(
+            f"invalid schema name {name!r}: use lower-case letters, digits and '_', "
+            "starting with a letter or '_', at most 41 characters"
+        )
+    return name
+
+
+def connect(url: str, schema: str, clock: Clock, pool_size: int = 10) -> Connector:
+    """A connector for `postgresql://…` or `sqlite:///path` (nothing is opened yet)."""
+    schema = validate_schema(schema)
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        from .postgres.connector import PostgresConnector
+
+        return PostgresConnector(url.replace("postgresql+psycopg://", "postgresql://"), schema,
+                                 pool_size)
+    if url.startswith("sqlite://"):
+        from .sqlite.connector import SqliteConnector
+
+        path = url.removeprefix("sqlite://")
+        path = path[1:] if path.startswith("/") else path
+        return SqliteConnector(path or ":memory:", schema, clock)
+    raise ConfigurationError(
+        f"unsupported database URL {url!r}: use postgresql://… or sqlite:///path/to/file.db"
+    )

@@ -1,0 +1,53 @@
+"""The narrow interface both storage dialects implement.
+
+The engine speaks in named queries (see `queries.sql` of each dialect); a connector runs
+them, inside a transaction of its own or of the caller's, and hands back rows as dicts
+with JSON columns as text and times as aware datetimes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+Row = dict[str, Any]
+
+
+class Tx(Protocol):
+    """One open transaction."""
+
+    @property
+    def connection(self) -> Any:
+        """The driver's connection, for `step.transaction` bodies."""
+
+    async def fetch(self, query: str, **params: Any) -> list[Row]:
+        """Run a named query; the rows it returns."""
+
+
+class Connector(Protocol):
+    """A database the engine can run named queries on."""
+
+    dialect: str
+    schema: str
+
+    async def open(self) -> None:
+        """Connect (idempotent)."""
+
+    async def close(self) -> None:
+        """Release every connection."""
+
+    async def migrate(self) -> list[str]:
+        """Apply the migrations not yet applied; the names applied now."""
+
+    async def fetch(self, query: str, **params: Any) -> list[Row]:
+        """Run a named query in a transaction of its own."""
+
+    def transaction(self, external: Any = None) -> AbstractAsyncContextManager[Tx]:
+        """A transaction; inside the caller's own when `external` is their connection."""
+
+    async def listen(self, on_message: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
+        """Deliver wake-up messages to `on_message` until the returned stop is awaited."""
+
+    def notify_local(self, message: str) -> None:
+        """Deliver a wake-up message to this process's listeners (after a commit)."""

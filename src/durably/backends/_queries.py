@@ -1,0 +1,38 @@
+"""Named SQL queries, loaded once from a dialect's packaged `queries.sql`.
+
+A file holds blocks that start with `-- name: NAME`; parameters are written `:name` and
+translated to the driver's style here, so the SQL files stay readable and alike.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+_HEADER = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+def load(package: str, style: str) -> dict[str, list[str]]:
+    """The named queries of `package`/queries.sql, each a list of statements, with
+    parameters in `style` ("named" keeps `:name`, "pyformat" makes it `%(name)s`)."""
+    text = resources.files(package).joinpath("queries.sql").read_text()
+    parts = _HEADER.split(text)
+    queries: dict[str, list[str]] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        body = "\n".join(line for line in body.strip().splitlines() if not line.startswith("--"))
+        if style == "pyformat":
+            body = _PARAM.sub(r"%(\1)s", body)
+        queries[name] = [part.strip() for part in body.split(";\n") if part.strip()]
+        queries[name][-1] = queries[name][-1].rstrip(";")
+    return queries
+
+
+def migrations(package: str) -> list[tuple[int, str, str]]:
+    """(version, file name, SQL) of every `migrations/NNNN_*.sql`, in order."""
+    folder = resources.files(package).joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        if entry.name.endswith(".sql"):
+            found.append((int(entry.name.split("_", 1)[0]), entry.name, entry.read_text()))
+    return sorted(found)

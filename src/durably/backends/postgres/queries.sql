@@ -1,0 +1,301 @@
+-- Named queries of the PostgreSQL backend. `{schema}` is the validated schema identifier,
+-- `:name` a parameter. JSON goes in and comes out as text; the engine encodes and decodes.
+-- A "fenced" query writes only while (run_id, fence, worker_id) still holds a live lease;
+-- it takes FOR SHARE on the run row so that no claim can bump the fence before it commits.
+
+-- name: insert_run
+WITH ins AS (
+    INSERT INTO {schema}.runs (id, namespace, workflow, version, status, input, idempotency_key,
+        max_attempts, available_at, deadline_at, parent_run_id, trace_context)
+    VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS jsonb),
+        :idempotency_key, :max_attempts,
+        LEAST(COALESCE(CAST(:available_at AS timestamptz), now()), CAST(:deadline_at AS timestamptz)),
+        :deadline_at, :parent_run_id, CAST(:trace_context AS jsonb))
+    ON CONFLICT DO NOTHING
+    RETURNING *
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM ins WHERE ins.available_at <= now()
+)
+SELECT ins.*, (SELECT count(*) FROM notified) AS notified FROM ins;
+
+-- name: get_run_by_key
+SELECT * FROM {schema}.runs
+WHERE namespace = :namespace AND workflow = :workflow AND idempotency_key = :idempotency_key;
+
+-- name: get_run
+SELECT * FROM {schema}.runs WHERE id = :run_id;
+
+-- name: get_run_for_share
+SELECT * FROM {schema}.runs WHERE id = :run_id FOR SHARE;
+
+-- name: list_runs
+SELECT * FROM {schema}.runs
+WHERE (CAST(:status AS text) IS NULL OR status = :status)
+  AND (CAST(:workflow AS text) IS NULL OR workflow = :workflow)
+  AND (CAST(:due_before AS timestamptz) IS NULL
+       OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
+ORDER BY created_at DESC, id
+LIMIT :limit;
+
+-- name: list_due
+SELECT * FROM {schema}.runs
+WHERE available_at <= now() AND status IN ('pending', 'waiting', 'running')
+ORDER BY available_at
+LIMIT :limit;
+
+-- name: list_steps
+SELECT s.*, s.id AS attempt_id FROM {schema}.step_attempts s
+WHERE run_id = :run_id ORDER BY started_at, id;
+
+-- name: claim
+WITH due AS (
+    SELECT id FROM {schema}.runs
+    WHERE available_at <= now()
+      AND (workflow, version) IN
+          (SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])))
+    ORDER BY available_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.runs r SET
+        fence = r.fence + 1,
+        worker_id = :worker_id,
+        status = CASE WHEN r.status IN ('pending', 'waiting') THEN 'running' ELSE r.status END,
+        attempts = GREATEST(r.attempts, 1),
+        lease_expires_at = now() + :lease * interval '1 second',
+        available_at = now() + :lease * interval '1 second',
+        wake_requested = false,
+        started_at = COALESCE(r.started_at, now()),
+        updated_at = now()
+    FROM due WHERE r.id = due.id
+    RETURNING r.*
+), abandoned AS (
+    UPDATE {schema}.step_attempts a SET status = 'abandoned', finished_at = now()
+    FROM claimed
+    WHERE a.run_id = claimed.id AND a.status = 'running' AND a.kind IN ('function', 'transaction')
+    RETURNING a.id
+)
+SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned,
+    (SELECT json_agg(h ORDER BY h.position, h.attempt) FROM (
+        SELECT position, attempt, step, kind, status, final, compensable, signal, child_run_id,
+               wake_at, output, error
+        FROM {schema}.step_attempts s WHERE s.run_id = claimed.id) h)::text AS history
+FROM claimed;
+
+-- name: next_due
+SELECT min(available_at) AS next_at, now() AS db_now FROM {schema}.runs
+WHERE available_at IS NOT NULL
+  AND (workflow, version) IN
+      (SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])));
+
+-- name: heartbeat
+UPDATE {schema}.runs r SET
+    lease_expires_at = now() + :lease * interval '1 second',
+    available_at = now() + :lease * interval '1 second'
+FROM unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS h(id, fence)
+WHERE r.id = h.id AND r.fence = h.fence AND r.worker_id = :worker_id
+  AND r.lease_expires_at > now() AND (r.status = 'running' OR r.compensating)
+RETURNING r.id;
+
+-- name: check_lease
+SELECT now() AS db_now FROM {schema}.runs
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating)
+FOR SHARE;
+
+-- name: record_start
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating)
+    FOR SHARE
+)
+INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
+    worker_id, signal, child_run_id, wake_at)
+SELECT :run_id, :position, :attempt, :step, :kind, 'running', :fence, :worker_id, :signal,
+    :child_run_id, now() + CAST(:wait_s AS float8) * interval '1 second'
+FROM lease
+ON CONFLICT (run_id, position, attempt) DO NOTHING
+RETURNING wake_at;
+
+-- name: record_finish
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating)
+    FOR SHARE
+)
+INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
+    compensable, fence, worker_id, output, error, started_at, finished_at)
+SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
+    :worker_id, CAST(:output AS jsonb), CAST(:error AS jsonb),
+    now() - CAST(:elapsed_s AS float8) * interval '1 second', now()
+FROM lease
+ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+    status = excluded.status, final = excluded.final, compensable = excluded.compensable,
+    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at
+RETURNING id;
+
+-- name: get_attempt
+SELECT * FROM {schema}.step_attempts
+WHERE run_id = :run_id AND position = :position AND attempt = :attempt;
+
+-- name: resolve_wait
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating)
+    FOR SHARE
+)
+UPDATE {schema}.step_attempts SET status = :status, final = :final,
+    output = CAST(:output AS jsonb), error = CAST(:error AS jsonb), finished_at = now()
+WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND status = 'running'
+  AND EXISTS (SELECT 1 FROM lease)
+RETURNING id;
+
+-- name: park
+UPDATE {schema}.runs SET
+    status = CASE WHEN wake_requested THEN 'pending' ELSE :status END,
+    available_at = CASE WHEN wake_requested THEN now()
+                        ELSE LEAST(CAST(:wake_at AS timestamptz), deadline_at) END,
+    wake_at = :wake_at, waiting_for = :waiting_for, error = CAST(:error AS jsonb),
+    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND status = 'running'
+RETURNING available_at;
+
+-- name: release
+UPDATE {schema}.runs SET
+    status = CASE WHEN status = 'running' THEN 'pending' ELSE status END,
+    available_at = now(), worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+RETURNING id;
+
+-- name: retry_run
+UPDATE {schema}.runs SET
+    status = 'pending', attempts = attempts + 1, error = CAST(:error AS jsonb),
+    available_at = LEAST(now() + :delay_s * interval '1 second', deadline_at),
+    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND status = 'running'
+RETURNING id;
+
+-- name: finish_run
+WITH done AS (
+    UPDATE {schema}.runs SET
+        status = :status, output = CAST(:output AS jsonb), error = CAST(:error AS jsonb),
+        available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = false,
+        finished_at = COALESCE(finished_at, now()), updated_at = now()
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating)
+    RETURNING id, parent_run_id
+), parent AS (
+    UPDATE {schema}.runs p SET
+        wake_requested = (p.status = 'running'),
+        status = CASE WHEN p.status = 'waiting' THEN 'pending' ELSE p.status END,
+        available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
+        updated_at = now()
+    FROM done WHERE p.id = done.parent_run_id AND p.status IN ('waiting', 'running', 'pending')
+    RETURNING p.id
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
+)
+SELECT done.id, (SELECT count(*) FROM notified) AS notified FROM done;
+
+-- name: cancel_tree
+WITH RECURSIVE tree AS (
+    SELECT id FROM {schema}.runs WHERE id = :run_id
+    UNION ALL
+    SELECT c.id FROM {schema}.runs c JOIN tree ON c.parent_run_id = tree.id
+), canceled AS (
+    UPDATE {schema}.runs r SET
+        status = 'canceled', fence = r.fence + 1, worker_id = NULL, lease_expires_at = NULL,
+        error = CAST(:error AS jsonb), finished_at = now(), updated_at = now(),
+        compensating = EXISTS (SELECT 1 FROM {schema}.step_attempts s
+                               WHERE s.run_id = r.id AND s.compensable AND s.status = 'completed'),
+        available_at = CASE WHEN EXISTS (SELECT 1 FROM {schema}.step_attempts s
+                               WHERE s.run_id = r.id AND s.compensable AND s.status = 'completed')
+                            THEN now() END
+    FROM tree WHERE r.id = tree.id AND r.status IN ('pending', 'running', 'waiting')
+    RETURNING r.id, r.parent_run_id
+), attempts AS (
+    UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
+    FROM canceled WHERE a.run_id = canceled.id AND a.status = 'running'
+    RETURNING a.id
+), parent AS (
+    UPDATE {schema}.runs p SET
+        wake_requested = (p.status = 'running'),
+        status = CASE WHEN p.status = 'waiting' THEN 'pending' ELSE p.status END,
+        available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END
+    FROM canceled
+    WHERE p.id = canceled.parent_run_id AND p.status IN ('waiting', 'running')
+      AND p.id NOT IN (SELECT id FROM canceled)
+    RETURNING p.id
+), notified AS (
+    SELECT pg_notify(:channel, 'cancel:' || id) FROM canceled
+    UNION ALL SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
+)
+SELECT id, (SELECT count(*) FROM attempts) AS attempts, (SELECT count(*) FROM notified) AS notified
+FROM canceled;
+
+-- name: expire_deadline
+UPDATE {schema}.runs SET available_at = now()
+WHERE id = :run_id AND status IN ('pending', 'waiting') AND deadline_at <= now()
+RETURNING id;
+
+-- name: lock_signal
+SELECT pg_advisory_xact_lock(hashtext(:namespace || '/' || :name)) AS locked;
+
+-- name: find_signal
+SELECT * FROM {schema}.signals
+WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency_key;
+
+-- name: deliver_signal
+WITH waits AS (
+    UPDATE {schema}.step_attempts a SET status = 'completed', output = CAST(:data AS jsonb),
+        finished_at = now()
+    FROM {schema}.runs r
+    WHERE a.kind = 'signal-wait' AND a.status = 'running' AND a.signal = :name
+      AND r.id = a.run_id AND r.namespace = :namespace
+      AND r.status IN ('pending', 'running', 'waiting')
+      AND (CAST(:run_id AS text) IS NULL OR a.run_id = :run_id)
+    RETURNING a.run_id
+), woke AS (
+    UPDATE {schema}.runs r SET
+        wake_requested = (r.status = 'running'),
+        status = CASE WHEN r.status = 'waiting' THEN 'pending' ELSE r.status END,
+        available_at = CASE WHEN r.status = 'waiting' THEN now() ELSE r.available_at END,
+        updated_at = now()
+    WHERE r.id IN (SELECT run_id FROM waits)
+    RETURNING r.id
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM woke LIMIT 1) AS x
+)
+SELECT DISTINCT run_id, (SELECT count(*) FROM notified) AS notified FROM waits;
+
+-- name: insert_signal
+INSERT INTO {schema}.signals (namespace, name, data, idempotency_key, run_id, delivered_to,
+    buffered)
+VALUES (:namespace, :name, CAST(:data AS jsonb), :idempotency_key, :run_id,
+    CAST(:delivered_to AS jsonb), :buffered)
+RETURNING id;
+
+-- name: take_signal
+UPDATE {schema}.signals SET consumed_by = :run_id, consumed_at = now()
+WHERE id = (
+    SELECT id FROM {schema}.signals
+    WHERE namespace = :namespace AND name = :name AND buffered AND consumed_at IS NULL
+      AND (run_id IS NULL OR run_id = :run_id)
+    ORDER BY id LIMIT 1 FOR UPDATE
+)
+RETURNING data;
+
+-- name: list_tables
+SELECT table_schema || '.' || table_name AS name FROM information_schema.tables
+WHERE table_schema = :schema ORDER BY table_name;
+
+-- name: check_held
+SELECT r.id FROM {schema}.runs r
+JOIN unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS h(id, fence)
+  ON r.id = h.id AND r.fence = h.fence
+WHERE r.worker_id = :worker_id AND (r.status = 'running' OR r.compensating);

@@ -1,0 +1,221 @@
+"""SQLite through the standard library: one file, WAL, IMMEDIATE transactions.
+
+One connection per process, used from one thread; an asyncio lock gives it to one
+transaction at a time. Other processes on the same file are kept apart by SQLite's own
+write lock (BEGIN IMMEDIATE with a busy timeout). Wake-ups between processes come from
+`PRAGMA data_version`, which changes when another connection commits: reading it touches
+only shared memory, so checking it often costs next to nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..._clock import Clock
+from ..._errors import DatabaseUnavailable
+from .. import _queries
+from .._base import Row
+
+_PACKAGE = __package__ or "durably.backends.sqlite"
+_WAKE_POLL_S = 0.02
+
+
+def _param(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, list | tuple):
+        return json.dumps(list(value))
+    return value
+
+
+def _row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
+    row = {}
+    for (name, *_), value in zip(cursor.description, values, strict=True):
+        if value is not None and (name.endswith("_at") or name == "db_now"):
+            value = datetime.fromtimestamp(value, UTC)
+        row[name] = value
+    return row
+
+
+class SqliteTx:
+    """A transaction on one sqlite3 connection (ours, or the caller's)."""
+
+    def __init__(self, conn: sqlite3.Connection, queries: dict[str, list[str]],
+                 run: Callable[[Callable[[], Any]], Awaitable[Any]]) -> None:
+        self._conn = conn
+        self._queries = queries
+        self._run = run
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._conn
+
+    async def fetch(self, query: str, **params: Any) -> list[Row]:
+        statements = self._queries[query]
+        args = {k: _param(v) for k, v in params.items()}
+        return list(await self._run(lambda: _execute(self._conn, statements, args)))
+
+
+def _execute(conn: sqlite3.Connection, statements: list[str], args: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    for statement in statements:
+        cur = conn.execute(statement, args)
+        if cur.description is not None:
+            cur.row_factory = _row
+            rows = cur.fetchall()
+    return rows
+
+
+class SqliteConnector:
+    """Runs durably's named queries on a SQLite file."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str, schema: str, clock: Clock) -> None:
+        self.path = path
+        self.schema = schema
+        self._clock = clock
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = asyncio.Lock()
+        self._queries = {
+            name: [s.replace("{schema}", schema) for s in statements]
+            for name, statements in _queries.load(_PACKAGE, "named").items()
+        }
+        self._listeners: list[Callable[[str], None]] = []
+        self._thread_ids: set[int] = set()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path not in (":memory:", "") and not self.path.startswith("file:"):
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=30.0)
+        self.prepare(conn)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    def prepare(self, conn: sqlite3.Connection) -> None:
+        """Make a connection (ours or the caller's) able to run durably's queries."""
+        conn.create_function("now", 0, self._clock.time)
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute("PRAGMA foreign_keys=ON")
+
+    async def open(self) -> None:
+        if self._conn is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="durably-sqlite")
+            try:
+                self._conn = await self._run(self._connect)
+            except sqlite3.Error as exc:
+                raise DatabaseUnavailable(f"cannot open SQLite file {self.path!r}: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await self._run(conn.close)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    async def _run(self, fn: Callable[[], Any]) -> Any:
+        assert self._executor is not None
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        except sqlite3.OperationalError as exc:
+            raise DatabaseUnavailable(f"SQLite error: {exc}") from exc
+
+    async def migrate(self) -> list[str]:
+        await self.open()
+        async with self.transaction() as tx:
+            conn = tx.connection
+
+            def apply() -> list[str]:
+                conn.execute(f'CREATE TABLE IF NOT EXISTS "{self.schema}_migrations" '
+                             "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)")
+                done = {r[0] for r in conn.execute(
+                    f'SELECT version FROM "{self.schema}_migrations"')}
+                applied = []
+                for version, name, text in _queries.migrations(_PACKAGE):
+                    if version in done:
+                        continue
+                    for statement in text.replace("{schema}", self.schema).split(";\n"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    conn.execute(f'INSERT INTO "{self.schema}_migrations" VALUES (?, ?, now())',
+                                 (version, name))
+                    applied.append(name)
+                return applied
+
+            result: list[str] = await self._run(apply)
+            return result
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, external: Any = None) -> AsyncIterator[SqliteTx]:
+        if external is not None:
+            self.prepare(external)
+
+            async def inline(fn: Callable[[], Any]) -> Any:
+                return fn()
+
+            yield SqliteTx(external, self._queries, inline)
+            return
+        await self.open()
+        assert self._conn is not None
+        conn = self._conn
+        async with self._lock:
+            await self._run(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                yield SqliteTx(conn, self._queries, self._run)
+            except BaseException:
+                await self._run(conn.rollback)
+                raise
+            await self._run(conn.commit)
+
+    async def fetch(self, query: str, **params: Any) -> list[Row]:
+        async with self.transaction() as tx:
+            return await tx.fetch(query, **params)
+
+    async def listen(self, on_message: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
+        self._listeners.append(on_message)
+        stop_event = threading.Event()
+        task = asyncio.create_task(self._watch(on_message, stop_event), name="durably-watch")
+
+        async def stop() -> None:
+            stop_event.set()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            self._listeners.remove(on_message)
+
+        return stop
+
+    async def _watch(self, on_message: Callable[[str], None], stop: threading.Event) -> None:
+        with self._watch_connection() as watcher:
+            last = watcher.execute("PRAGMA data_version").fetchone()[0]
+            while not stop.is_set():
+                await asyncio.sleep(_WAKE_POLL_S)
+                version = watcher.execute("PRAGMA data_version").fetchone()[0]
+                if version != last:
+                    last = version
+                    on_message("changed")
+
+    @contextlib.contextmanager
+    def _watch_connection(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def notify_local(self, message: str) -> None:
+        for listener in list(self._listeners):
+            listener(message)

@@ -1,0 +1,262 @@
+-- Named queries of the SQLite backend: the same names and meaning as PostgreSQL's.
+-- `{schema}_` prefixes the tables; `now()` is the engine's clock (Unix seconds), registered
+-- on every connection. Every write runs in a BEGIN IMMEDIATE transaction, which holds the
+-- database's write lock, so a lease checked inside one cannot be taken over before commit.
+-- A block may hold several statements; the rows of the last one that returns rows come back.
+
+-- name: insert_run
+INSERT INTO {schema}_runs (id, namespace, workflow, version, status, input, idempotency_key,
+    max_attempts, available_at, deadline_at, parent_run_id, trace_context, created_at, updated_at)
+VALUES (:id, :namespace, :workflow, :version, 'pending', :input, :idempotency_key,
+    :max_attempts,
+    min(coalesce(:available_at, now()), coalesce(:deadline_at, :available_at, now())),
+    :deadline_at, :parent_run_id, :trace_context, now(), now())
+ON CONFLICT DO NOTHING
+RETURNING *, 0 AS notified;
+
+-- name: get_run_by_key
+SELECT * FROM {schema}_runs
+WHERE namespace = :namespace AND workflow = :workflow AND idempotency_key = :idempotency_key;
+
+-- name: get_run
+SELECT * FROM {schema}_runs WHERE id = :run_id;
+
+-- name: get_run_for_share
+SELECT * FROM {schema}_runs WHERE id = :run_id;
+
+-- name: list_runs
+SELECT * FROM {schema}_runs
+WHERE (:status IS NULL OR status = :status)
+  AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:due_before IS NULL
+       OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
+ORDER BY created_at DESC, id
+LIMIT :limit;
+
+-- name: list_due
+SELECT * FROM {schema}_runs
+WHERE available_at <= now() AND status IN ('pending', 'waiting', 'running')
+ORDER BY available_at
+LIMIT :limit;
+
+-- name: list_steps
+SELECT s.*, s.id AS attempt_id FROM {schema}_step_attempts s
+WHERE run_id = :run_id ORDER BY started_at, id;
+
+-- name: claim
+UPDATE {schema}_runs SET
+    fence = fence + 1,
+    worker_id = :worker_id,
+    status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
+    attempts = max(attempts, 1),
+    lease_expires_at = now() + :lease,
+    available_at = now() + :lease,
+    wake_requested = 0,
+    started_at = coalesce(started_at, now()),
+    updated_at = now(),
+    claim_token = :token
+WHERE id IN (
+    SELECT id FROM {schema}_runs
+    WHERE available_at <= now()
+      AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
+                  ON w.key = v.key WHERE w.value = workflow AND v.value = version)
+    ORDER BY available_at
+    LIMIT :limit
+);
+UPDATE {schema}_step_attempts SET status = 'abandoned', finished_at = now()
+WHERE status = 'running' AND kind IN ('function', 'transaction')
+  AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
+SELECT r.*, now() AS db_now, 0 AS abandoned,
+    (SELECT json_group_array(json_object(
+        'position', position, 'attempt', attempt, 'step', step, 'kind', kind,
+        'status', status, 'final', final, 'compensable', compensable, 'signal', signal,
+        'child_run_id', child_run_id, 'wake_at', wake_at,
+        'output', json(output), 'error', json(error)))
+     FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
+           ORDER BY position, attempt)) AS history
+FROM {schema}_runs r WHERE claim_token = :token;
+UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
+
+-- name: next_due
+SELECT min(available_at) AS next_at, now() AS db_now FROM {schema}_runs
+WHERE available_at IS NOT NULL
+  AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
+              ON w.key = v.key WHERE w.value = workflow AND v.value = version);
+
+-- name: heartbeat
+UPDATE {schema}_runs SET lease_expires_at = now() + :lease, available_at = now() + :lease
+WHERE worker_id = :worker_id AND lease_expires_at > now() AND (status = 'running' OR compensating)
+  AND EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
+              WHERE i.value = id AND f.value = fence)
+RETURNING id;
+
+-- name: check_lease
+SELECT now() AS db_now FROM {schema}_runs
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating);
+
+-- name: record_start
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, fence,
+    worker_id, signal, child_run_id, wake_at, started_at)
+SELECT :run_id, :position, :attempt, :step, :kind, 'running', :fence, :worker_id, :signal,
+    :child_run_id, now() + coalesce(:wait_s, 0), now()
+WHERE EXISTS (SELECT 1 FROM {schema}_runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating))
+ON CONFLICT (run_id, position, attempt) DO NOTHING
+RETURNING CASE WHEN :wait_s IS NULL THEN NULL ELSE wake_at END AS wake_at;
+
+-- name: record_finish
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, final,
+    compensable, fence, worker_id, output, error, started_at, finished_at)
+SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
+    :worker_id, :output, :error, now() - :elapsed_s, now()
+WHERE EXISTS (SELECT 1 FROM {schema}_runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating))
+ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+    status = excluded.status, final = excluded.final, compensable = excluded.compensable,
+    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at
+RETURNING id;
+
+-- name: get_attempt
+SELECT * FROM {schema}_step_attempts
+WHERE run_id = :run_id AND position = :position AND attempt = :attempt;
+
+-- name: resolve_wait
+UPDATE {schema}_step_attempts SET status = :status, final = :final, output = :output,
+    error = :error, finished_at = now()
+WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND status = 'running'
+  AND EXISTS (SELECT 1 FROM {schema}_runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating))
+RETURNING id;
+
+-- name: park
+UPDATE {schema}_runs SET
+    status = CASE WHEN wake_requested THEN 'pending' ELSE :status END,
+    available_at = CASE WHEN wake_requested THEN now()
+                        ELSE min(coalesce(:wake_at, deadline_at), coalesce(deadline_at, :wake_at))
+                   END,
+    wake_at = :wake_at, waiting_for = :waiting_for, error = :error,
+    wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND status = 'running'
+RETURNING available_at;
+
+-- name: release
+UPDATE {schema}_runs SET
+    status = CASE WHEN status = 'running' THEN 'pending' ELSE status END,
+    available_at = now(), worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+RETURNING id;
+
+-- name: retry_run
+UPDATE {schema}_runs SET
+    status = 'pending', attempts = attempts + 1, error = :error,
+    available_at = min(now() + :delay_s, coalesce(deadline_at, now() + :delay_s)),
+    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND status = 'running'
+RETURNING id;
+
+-- name: finish_run
+UPDATE {schema}_runs SET
+    wake_requested = (status = 'running'),
+    status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
+    available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END,
+    updated_at = now()
+WHERE status IN ('waiting', 'running', 'pending')
+  AND id = (SELECT parent_run_id FROM {schema}_runs
+            WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+              AND lease_expires_at > now() AND (status = 'running' OR compensating));
+UPDATE {schema}_runs SET
+    status = :status, output = :output, error = :error,
+    available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = 0,
+    finished_at = coalesce(finished_at, now()), updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating)
+RETURNING id, 0 AS notified;
+
+-- name: cancel_tree
+WITH RECURSIVE tree(id) AS (
+    SELECT id FROM {schema}_runs WHERE id = :run_id
+    UNION ALL
+    SELECT c.id FROM {schema}_runs c JOIN tree ON c.parent_run_id = tree.id
+)
+UPDATE {schema}_runs SET claim_token = :token
+WHERE id IN (SELECT id FROM tree) AND status IN ('pending', 'running', 'waiting');
+UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now()
+WHERE status = 'running' AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
+UPDATE {schema}_runs SET
+    wake_requested = (status = 'running'),
+    status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
+    available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END
+WHERE status IN ('waiting', 'running') AND claim_token IS NULL
+  AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token);
+UPDATE {schema}_runs SET
+    status = 'canceled', fence = fence + 1, worker_id = NULL, lease_expires_at = NULL,
+    error = :error, finished_at = now(), updated_at = now(), claim_token = NULL,
+    compensating = EXISTS (SELECT 1 FROM {schema}_step_attempts s
+                           WHERE s.run_id = {schema}_runs.id AND s.compensable
+                             AND s.status = 'completed'),
+    available_at = CASE WHEN EXISTS (SELECT 1 FROM {schema}_step_attempts s
+                           WHERE s.run_id = {schema}_runs.id AND s.compensable
+                             AND s.status = 'completed') THEN now() END
+WHERE claim_token = :token
+RETURNING id, 0 AS attempts, 0 AS notified;
+
+-- name: expire_deadline
+UPDATE {schema}_runs SET available_at = now()
+WHERE id = :run_id AND status IN ('pending', 'waiting') AND deadline_at <= now()
+RETURNING id;
+
+-- name: lock_signal
+SELECT 1 AS locked;
+
+-- name: find_signal
+SELECT * FROM {schema}_signals
+WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency_key;
+
+-- name: deliver_signal
+UPDATE {schema}_runs SET claim_token = :token
+WHERE namespace = :namespace AND status IN ('pending', 'running', 'waiting')
+  AND (:run_id IS NULL OR id = :run_id)
+  AND id IN (SELECT run_id FROM {schema}_step_attempts
+             WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name);
+UPDATE {schema}_step_attempts SET status = 'completed', output = :data, finished_at = now()
+WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name
+  AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
+UPDATE {schema}_runs SET
+    wake_requested = (status = 'running'),
+    status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
+    available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END,
+    updated_at = now(), claim_token = NULL
+WHERE claim_token = :token
+RETURNING id AS run_id, 0 AS notified;
+
+-- name: insert_signal
+INSERT INTO {schema}_signals (namespace, name, data, idempotency_key, run_id, delivered_to,
+    buffered, created_at)
+VALUES (:namespace, :name, :data, :idempotency_key, :run_id, :delivered_to, :buffered, now())
+RETURNING id;
+
+-- name: take_signal
+UPDATE {schema}_signals SET consumed_by = :run_id, consumed_at = now()
+WHERE id = (
+    SELECT id FROM {schema}_signals
+    WHERE namespace = :namespace AND name = :name AND buffered AND consumed_at IS NULL
+      AND (run_id IS NULL OR run_id = :run_id)
+    ORDER BY id LIMIT 1
+)
+RETURNING data;
+
+-- name: list_tables
+SELECT name FROM sqlite_master
+WHERE type = 'table' AND name LIKE :schema || '\_%' ESCAPE '\' ORDER BY name;
+
+-- name: check_held
+SELECT id FROM {schema}_runs
+WHERE EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
+              WHERE i.value = id AND f.value = fence)
+  AND worker_id = :worker_id AND (status = 'running' OR compensating);
