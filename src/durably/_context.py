@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -41,7 +41,7 @@ class StepContext:
     attempt: int
     fence: Fence
     cancelled: threading.Event = field(default_factory=threading.Event)
-    _heartbeat: Callable[[], Awaitable[None]] | None = None
+    _heartbeat: Callable[[], Coroutine[Any, Any, None]] | None = None
     _loop: asyncio.AbstractEventLoop | None = None
 
     def raise_if_cancelled(self) -> None:

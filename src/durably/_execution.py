@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -87,7 +87,7 @@ class Execution:
         threads: Executor | None,
         max_payload: int,
         on_park: Callable[[float | None], None],
-        heartbeat: Callable[[], Awaitable[None]],
+        heartbeat: Callable[[], Coroutine[Any, Any, None]],
     ) -> None:
         from ._steps import StepApi
 

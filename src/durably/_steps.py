@@ -27,7 +27,6 @@ from ._errors import (
 from ._execution import CHILD_NAMESPACE, START_RECORD_DELAY_S, Compensation, StopReplay
 from ._replay import Recorded
 from ._retry import STEP_DEFAULT, RetryPolicy
-from ._store import NewRun
 
 if TYPE_CHECKING:
     from ._execution import Execution
@@ -213,9 +212,7 @@ class StepApi:
         x = self._x
         error = describe(exc)
         failures = x.history.failures(pos) + 1
-        final = (
-            isinstance(exc, NonRetryableError | InvalidInput) or failures >= policy.max_attempts
-        )
+        final = isinstance(exc, NonRetryableError | InvalidInput) or failures >= policy.max_attempts
         await x.store.record_finish(
             x.lease, pos, attempt, name, kind, "failed", error=error, final=final,
             elapsed_s=x.clock.monotonic() - began,
@@ -322,8 +319,9 @@ class StepApi:
             if rec.wake_at is not None and rec.wake_at <= x.now():
                 async with x.store.db.transaction() as tx:
                     await x.store.lock_signal(tx, signal)
-                    row = await x.store.resolve_wait(tx, x.lease, pos, rec.attempt, "completed",
-                                                     "null")
+                    row = await x.store.resolve_wait(
+                        tx, x.lease, pos, rec.attempt, "completed", "null"
+                    )
                 return decode(row["output"]) if row else None
             await x.suspend(rec.wake_at, f"signal:{signal}")
         await x.defer_if_parking()
@@ -405,22 +403,33 @@ class StepApi:
         if child.terminal:
             if child.status == "completed":
                 out = x.encode(child.output, "a child's result")
-                await x.store.record_finish(x.lease, pos, rec.attempt, step, "child",
-                                            "completed", output_json=out)
+                await x.store.record_finish(
+                    x.lease, pos, rec.attempt, step, "child", "completed", output_json=out
+                )
                 return child.output
-            error = {"type": "ChildWorkflowError", "message": f"child run {child.run_id} "
-                     f"{child.status}", "child_run_id": child.run_id, "status": child.status,
-                     "child_error": child.error}
+            error = {
+                "type": "ChildWorkflowError",
+                "message": f"child run {child.run_id} {child.status}",
+                "child_run_id": child.run_id,
+                "status": child.status,
+                "child_error": child.error,
+            }
         elif rec.wake_at is not None and rec.wake_at <= x.now():
             with contextlib.suppress(RunTerminalError):
-                await x.store.cancel(child.run_id, {"type": "WorkflowTimeoutError",
-                                                    "message": "the parent stopped waiting"})
-            error = {"type": "WorkflowTimeoutError", "child_run_id": child.run_id,
-                     "message": f"child run {child.run_id} did not finish in time; canceled"}
+                await x.store.cancel(
+                    child.run_id,
+                    {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"},
+                )
+            error = {
+                "type": "WorkflowTimeoutError",
+                "child_run_id": child.run_id,
+                "message": f"child run {child.run_id} did not finish in time; canceled",
+            }
         else:
             await x.suspend(rec.wake_at, f"child:{child.run_id}")
-        await x.store.record_finish(x.lease, pos, rec.attempt, step, "child", "failed",
-                                    error=error, final=True)
+        await x.store.record_finish(
+            x.lease, pos, rec.attempt, step, "child", "failed", error=error, final=True
+        )
         raise _child_error(error)
 
 

@@ -247,12 +247,10 @@ class Store:
             lease.params(), position=position, attempt=attempt, step=step, kind=kind,
             signal=signal, child_run_id=child_run_id, wait_s=wait_s,
         )  # fmt: skip
-        rows = await (tx.fetch if tx else self.db.fetch)(
-            "record_start", **params
-        )
+        rows = await (tx.fetch if tx else self.db.fetch)("record_start", **params)
         if not rows and tx is not None:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} before step {step!r}")
-        return rows[0]["wake_at"] if rows else None  # type: ignore[no-any-return]
+        return rows[0]["wake_at"] if rows else None
 
     async def record_finish(
         self,
@@ -362,7 +360,5 @@ class Store:
         self.db.notify_local("run")
 
     async def get_attempt(self, run_id: str, position: int, attempt: int) -> Row | None:
-        rows = await self.db.fetch(
-            "get_attempt", run_id=run_id, position=position, attempt=attempt
-        )
+        rows = await self.db.fetch("get_attempt", run_id=run_id, position=position, attempt=attempt)
         return rows[0] if rows else None

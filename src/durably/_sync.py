@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from ._app import Durably
 from ._workflow import RunHandle
@@ -23,12 +23,12 @@ T = TypeVar("T")
 
 
 def _blocking(
-    method: Callable[Concatenate[Durably, P], Awaitable[T]],
+    method: Callable[Concatenate[Durably, P], Coroutine[Any, Any, T]],
 ) -> Callable[Concatenate[SyncDurably, P], T]:
-    @functools.wraps(method)
-    def call(self: SyncDurably, *args: P.args, **kwargs: P.kwargs) -> T:
+    def call(self: SyncDurably, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self.run(method(self.app, *args, **kwargs))
 
+    functools.update_wrapper(call, method)
     return call
 
 
@@ -43,7 +43,7 @@ class SyncDurably:
     """
 
     _lock = threading.Lock()
-    _loops: dict[int, asyncio.AbstractEventLoop] = {}
+    _loops: ClassVar[dict[int, asyncio.AbstractEventLoop]] = {}
 
     def __init__(self, app: Durably) -> None:
         self.app = app

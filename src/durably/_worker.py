@@ -177,9 +177,12 @@ class Worker:
     def _on_message(self, message: str) -> None:
         if message.startswith("cancel:"):
             self._abort(message.removeprefix("cancel:"), "the run was canceled")
-        elif message == "changed" and self.running:
-            if self._check_task is None or self._check_task.done():
-                self._check_task = asyncio.create_task(self._check_held())
+        elif (
+            message == "changed"
+            and self.running
+            and (self._check_task is None or self._check_task.done())
+        ):
+            self._check_task = asyncio.create_task(self._check_held())
         self._wake.set()
 
     async def _check_held(self) -> None:

@@ -13,7 +13,7 @@ from ._codec import encode, validate
 from ._durations import Duration, parse_duration, parse_instant
 from ._errors import RunFailedError, WorkflowTimeoutError
 from ._models import Run
-from ._retry import WORKFLOW_DEFAULT, RetryPolicy
+from ._retry import RetryPolicy
 from ._store import NewRun
 
 if TYPE_CHECKING:

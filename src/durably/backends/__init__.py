@@ -29,8 +29,9 @@ def connect(url: str, schema: str, clock: Clock, pool_size: int = 10) -> Connect
     if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
         from .postgres.connector import PostgresConnector
 
-        return PostgresConnector(url.replace("postgresql+psycopg://", "postgresql://"), schema,
-                                 pool_size)
+        return PostgresConnector(
+            url.replace("postgresql+psycopg://", "postgresql://"), schema, pool_size
+        )
     if url.startswith("sqlite://"):
         from .sqlite.connector import SqliteConnector
 

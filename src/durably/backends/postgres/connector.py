@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, LiteralString, cast
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg import sql
@@ -100,11 +100,7 @@ class PostgresConnector:
         schema = sql.Identifier(self.schema)
         rendered = {}
         for name, statements in _queries.load(__package__ or "", "pyformat").items():
-            rendered[name] = [
-                cast(LiteralString, sql.SQL(cast(LiteralString, s)).format(schema=schema)
-                     .as_string(conn))
-                for s in statements
-            ]
+            rendered[name] = [sql.SQL(s).format(schema=schema).as_string(conn) for s in statements]
         return rendered
 
     async def close(self) -> None:
@@ -115,35 +111,38 @@ class PostgresConnector:
     async def migrate(self) -> list[str]:
         applied: list[str] = []
         try:
-            async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-                async with conn.transaction():
+            async with (
+                await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn,
+                conn.transaction(),
+            ):
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"durably:{self.schema}",)
+                )
+                schema = sql.Identifier(self.schema)
+                await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                await conn.execute(
+                    sql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {}.migrations (version integer PRIMARY"
+                        " KEY, name text NOT NULL, applied_at timestamptz NOT NULL"
+                        " DEFAULT now())"
+                    ).format(schema)
+                )
+                cur = await conn.execute(
+                    sql.SQL("SELECT version FROM {}.migrations").format(schema)
+                )
+                done = {row[0] for row in await cur.fetchall()}
+                for version, name, text in _queries.migrations(f"{__package__}"):
+                    if version in done:
+                        continue
+                    body = sql.SQL(text).format(schema=schema)
+                    await conn.execute(body)
                     await conn.execute(
-                        "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"durably:{self.schema}",)
+                        sql.SQL("INSERT INTO {}.migrations (version, name) VALUES (%s, %s)").format(
+                            schema
+                        ),
+                        (version, name),
                     )
-                    schema = sql.Identifier(self.schema)
-                    await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-                    await conn.execute(
-                        sql.SQL(
-                            "CREATE TABLE IF NOT EXISTS {}.migrations (version integer PRIMARY"
-                            " KEY, name text NOT NULL, applied_at timestamptz NOT NULL"
-                            " DEFAULT now())"
-                        ).format(schema)
-                    )
-                    cur = await conn.execute(
-                        sql.SQL("SELECT version FROM {}.migrations").format(schema)
-                    )
-                    done = {row[0] for row in await cur.fetchall()}
-                    for version, name, text in _queries.migrations(f"{__package__}"):
-                        if version in done:
-                            continue
-                        body = sql.SQL(cast(LiteralString, text)).format(schema=schema)
-                        await conn.execute(body)
-                        await conn.execute(
-                            sql.SQL("INSERT INTO {}.migrations (version, name) VALUES (%s, %s)")
-                            .format(schema),
-                            (version, name),
-                        )
-                        applied.append(name)
+                    applied.append(name)
         except psycopg.OperationalError as exc:
             raise _unavailable(exc) from exc
         return applied
@@ -193,9 +192,7 @@ class PostgresConnector:
         delay = 0.1
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True
-                ) as conn:
+                async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     delay = 0.1
                     # A reconnect may have missed notifications: look for work at once.

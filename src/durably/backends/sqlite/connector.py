@@ -49,8 +49,12 @@ def _row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
 class SqliteTx:
     """A transaction on one sqlite3 connection (ours, or the caller's)."""
 
-    def __init__(self, conn: sqlite3.Connection, queries: dict[str, list[str]],
-                 run: Callable[[Callable[[], Any]], Awaitable[Any]]) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        queries: dict[str, list[str]],
+        run: Callable[[Callable[[], Any]], Awaitable[Any]],
+    ) -> None:
         self._conn = conn
         self._queries = queries
         self._run = run
@@ -97,8 +101,9 @@ class SqliteConnector:
     def _connect(self) -> sqlite3.Connection:
         if self.path not in (":memory:", "") and not self.path.startswith("file:"):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               timeout=30.0)
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+        )
         self.prepare(conn)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
@@ -139,10 +144,13 @@ class SqliteConnector:
             conn = tx.connection
 
             def apply() -> list[str]:
-                conn.execute(f'CREATE TABLE IF NOT EXISTS "{self.schema}_migrations" '
-                             "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)")
-                done = {r[0] for r in conn.execute(
-                    f'SELECT version FROM "{self.schema}_migrations"')}
+                conn.execute(
+                    f'CREATE TABLE IF NOT EXISTS "{self.schema}_migrations" '
+                    "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL)"
+                )
+                done = {
+                    r[0] for r in conn.execute(f'SELECT version FROM "{self.schema}_migrations"')
+                }
                 applied = []
                 for version, name, text in _queries.migrations(_PACKAGE):
                     if version in done:
@@ -150,8 +158,10 @@ class SqliteConnector:
                     for statement in text.replace("{schema}", self.schema).split(";\n"):
                         if statement.strip():
                             conn.execute(statement)
-                    conn.execute(f'INSERT INTO "{self.schema}_migrations" VALUES (?, ?, now())',
-                                 (version, name))
+                    conn.execute(
+                        f'INSERT INTO "{self.schema}_migrations" VALUES (?, ?, now())',
+                        (version, name),
+                    )
                     applied.append(name)
                 return applied
 

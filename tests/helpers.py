@@ -1,0 +1,35 @@
+"""Waiting on conditions with a deadline (never a bare sleep)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+
+async def eventually(
+    check: Callable[[], Awaitable[Any]], timeout: float = 10.0, what: str = "condition"
+) -> Any:
+    """Poll `check` until it returns something truthy; that value. Fails after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def eventually_sync(
+    check: Callable[[], Any], timeout: float = 10.0, what: str = "condition"
+) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
