@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock
@@ -60,9 +60,10 @@ class Durably:
     ) -> None:
         self.url = url or os.environ.get("DURABLY_DATABASE_URL") or DEFAULT_URL
         self.clock = clock or Clock()
+        self.namespace = namespace
+        self._pool_size = pool_size
         self.connector = connect(self.url, schema, self.clock, pool_size)
         self.store = Store(self.connector, namespace)
-        self.namespace = namespace
         self.max_payload = max_payload_bytes
         self._migrate = migrate
         self._opened = False
@@ -71,6 +72,15 @@ class Durably:
 
     def __repr__(self) -> str:
         return f"<Durably {self.connector.dialect} schema={self.connector.schema}>"
+
+    def rebind(self, url: str) -> Durably:
+        """Point this (not yet opened) app at another database; the app itself."""
+        if self._opened:
+            raise RuntimeError("rebind() must come before the app connects")
+        self.url = url
+        self.connector = connect(url, self.connector.schema, self.clock, self._pool_size)
+        self.store = Store(self.connector, self.namespace)
+        return self
 
     # ----------------------------------------------------------------- registry
 
@@ -221,8 +231,6 @@ class Durably:
 
     async def _db_now_minus(self, seconds: float) -> datetime:
         _, now = await self.store.next_due([])
-        from datetime import timedelta
-
         return now - timedelta(seconds=seconds)
 
     def handle(self, run_id: str) -> RunHandle:
@@ -253,5 +261,3 @@ class Durably:
 
         return SyncDurably(self)
 
-
-_ = WORKFLOW_DEFAULT

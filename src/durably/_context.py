@@ -23,7 +23,7 @@ class Fence(NamedTuple):
     fence: int
 
 
-@dataclass
+@dataclass(eq=False)
 class StepContext:
     """Handed to a step body that declares it as its first parameter.
 

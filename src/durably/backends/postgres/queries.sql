@@ -64,7 +64,7 @@ WITH due AS (
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
-        wake_requested = false,
+        wake_requested = false, waiting_for = NULL, wake_at = NULL,
         started_at = COALESCE(r.started_at, now()),
         updated_at = now()
     FROM due WHERE r.id = due.id

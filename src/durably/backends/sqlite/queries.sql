@@ -51,7 +51,7 @@ UPDATE {schema}_runs SET
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
     available_at = now() + :lease,
-    wake_requested = 0,
+    wake_requested = 0, waiting_for = NULL, wake_at = NULL,
     started_at = coalesce(started_at, now()),
     updated_at = now(),
     claim_token = :token

@@ -1,0 +1,100 @@
+"""What every command shares: the app to act on, JSON input, errors as one line."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import typer
+
+from .._app import DEFAULT_URL, Durably
+from .._errors import (
+    ConfigurationError,
+    DurablyError,
+    IdempotencyConflictError,
+    InvalidInput,
+    RunNotFound,
+    WorkflowNotFound,
+)
+
+T = TypeVar("T")
+
+# Errors in what the user typed exit 2, like a usage error; the rest exit 1.
+INPUT_ERRORS = (ConfigurationError, InvalidInput, WorkflowNotFound, RunNotFound,
+                IdempotencyConflictError)  # fmt: skip
+
+
+@dataclass
+class Options:
+    database: str | None
+    app_path: str | None
+    schema: str
+
+    def load(self, need_app: bool = False) -> Durably:
+        """The user's app (from --app), pointed at --database; or a bare one."""
+        if self.app_path:
+            app = _import_app(self.app_path)
+            if self.database and self.database != app.url:
+                app = app.rebind(self.database)
+            return app
+        if need_app:
+            fail("this command needs the workflows: pass --app module:attribute "
+                 "(or set DURABLY_APP)", 2)  # fmt: skip
+        return Durably(self.database or DEFAULT_URL, schema=self.schema)
+
+
+def _import_app(path: str) -> Durably:
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        fail(f"--app must look like module:attribute, not {path!r}", 2)
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        fail(f"cannot import {module_name!r} for --app: {exc}", 2)
+    app = getattr(module, attribute, None)
+    if not isinstance(app, Durably):
+        fail(f"{path!r} is not a durably.Durably object", 2)
+    return app
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One clear line on stderr, and exit."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; DurablyErrors become one line and an exit code."""
+    try:
+        return asyncio.run(coro)
+    except DurablyError as exc:
+        fail(str(exc), 2 if isinstance(exc, INPUT_ERRORS) else 1)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+
+
+def parse_json(text: str | None, what: str) -> Any:
+    """JSON text, or @file with JSON in it; exit 2 on anything else."""
+    if text is None:
+        return None
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as exc:
+            fail(f"cannot read {what} file {text[1:]!r}: {exc.strerror}", 2)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", 2)
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))

@@ -1,0 +1,82 @@
+"""Human output: run tables and a run's step timeline, drawn with rich."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .._models import Run, StepAttempt
+
+COLOURS = {
+    "pending": "yellow", "running": "cyan", "waiting": "blue", "completed": "green",
+    "failed": "red", "canceled": "magenta", "abandoned": "bright_black",
+}  # fmt: skip
+
+console = Console()
+
+
+def status(value: str) -> Text:
+    return Text(value, style=COLOURS.get(value, ""))
+
+
+def _when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, default=str) if value is not None else "-"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def runs_table(runs: list[Run]) -> None:
+    table = Table(title=f"{len(runs)} runs", title_justify="left")
+    for column in ("run", "workflow", "status", "attempts", "created", "finished", "waiting for"):
+        table.add_column(column)
+    for r in runs:
+        table.add_row(r.run_id, f"{r.workflow}@{r.version}", status(r.status), str(r.attempts),
+                      _when(r.created_at), _when(r.finished_at), r.waiting_for or "")  # fmt: skip
+    console.print(table)
+
+
+def run_summary(run: Run) -> None:
+    console.print(Text.assemble(
+        ("run ", "bold"), (run.run_id, "bold"), f"  {run.workflow}@{run.version}  ",
+        status(run.status), f"  attempts {run.attempts}  fence {run.fence}",
+    ))  # fmt: skip
+    console.print(f"input  {_short(run.input, 100)}")
+    if run.output is not None:
+        console.print(f"output {_short(run.output, 100)}")
+    if run.error:
+        console.print(Text(f"error  {run.error.get('type')}: {run.error.get('message')}", "red"))
+    if run.waiting_for:
+        console.print(f"waiting for {run.waiting_for} (until {_when(run.wake_at)})")
+
+
+def timeline(run: Run, steps: list[StepAttempt], width: int = 30) -> None:
+    """Each attempt as a row with a bar placed on the run's time span."""
+    run_summary(run)
+    if not steps:
+        console.print("no steps yet")
+        return
+    start = min([s.started_at for s in steps] + [run.created_at])
+    ends = [s.finished_at or s.started_at for s in steps] + [run.finished_at or start]
+    span = max((max(ends) - start).total_seconds(), 1e-6)
+    table = Table(show_edge=False)
+    for column in ("step", "kind", "attempt", "status", "timeline", "took", "worker", "result"):
+        table.add_column(column)
+    for s in steps:
+        begin = int((s.started_at - start).total_seconds() / span * width)
+        end = s.finished_at or s.started_at
+        length = max(1, int((end - s.started_at).total_seconds() / span * width))
+        bar = Text(" " * begin + "█" * min(length, width - begin),
+                   style=COLOURS.get(s.status, ""))  # fmt: skip
+        took = f"{(end - s.started_at).total_seconds():.3f}s" if s.finished_at else "…"
+        result = _short(s.error.get("message") if s.error else s.output, 40)
+        table.add_row(s.step, s.kind, str(s.attempt), status(s.status), bar, took,
+                      s.worker_id or "", result)  # fmt: skip
+    console.print(table)

@@ -1,0 +1,173 @@
+"""`durably start | signal | cancel | runs | show`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from .._durations import parse_instant
+from .._errors import ConfigurationError
+from . import _render
+from ._common import Options, fail, parse_json, print_json, run
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(start)
+    app.command()(signal)
+    app.command()(cancel)
+    app.command(name="runs")(list_runs)
+    app.command()(show)
+
+
+def _instant(value: str | None, option: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return parse_instant(value)
+    except ConfigurationError as exc:
+        fail(f"{option}: {exc}", 2)
+
+
+def start(
+    ctx: typer.Context,
+    workflow: str = typer.Argument(..., help="the workflow's name"),
+    input_text: str | None = typer.Option(None, "--input", help="JSON, or @file"),
+    version: str | None = typer.Option(None, "--version", help="default: newest registered"),
+    idempotency_key: str | None = typer.Option(None, "--idempotency-key"),
+    available_at: str | None = typer.Option(None, "--available-at", help="ISO time or +5s"),
+    deadline_at: str | None = typer.Option(None, "--deadline-at", help="ISO time or +1h"),
+    wait: bool = typer.Option(False, "--wait", help="wait until the run has finished"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Start a run; prints {"run_id", "status", "version"}."""
+    data = parse_json(input_text, "--input")
+    when = _instant(available_at, "--available-at")
+    deadline = _instant(deadline_at, "--deadline-at")
+    durably = ctx.obj.load(need_app=True)
+
+    async def go() -> Any:
+        try:
+            handle = await durably.start(
+                workflow, data, version=version, idempotency_key=idempotency_key,
+                available_at=when, deadline_at=deadline,
+            )  # fmt: skip
+            return await handle.wait() if wait else await handle.get()
+        finally:
+            await durably.close()
+
+    r = run(go())
+    doc = {"run_id": r.run_id, "status": r.status, "version": r.version}
+    if wait:
+        doc.update(output=r.output, error=r.error)
+    if json_out:
+        print_json(doc)
+    else:
+        typer.echo(f"run {r.run_id} ({r.workflow}@{r.version}) {r.status}")
+    if wait and r.status != "completed":
+        raise typer.Exit(1)
+
+
+def signal(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="the signal's name"),
+    data_text: str | None = typer.Option(None, "--data", help="JSON, or @file"),
+    idempotency_key: str | None = typer.Option(None, "--idempotency-key"),
+    run_id: str | None = typer.Option(None, "--run", help="address one run"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Send a durable signal; prints {"delivered_to", "buffered", "duplicate"}."""
+    data = parse_json(data_text, "--data")
+    durably = ctx.obj.load()
+
+    async def go() -> dict[str, Any]:
+        try:
+            return await durably.send_signal(
+                name, data, idempotency_key=idempotency_key, run_id=run_id
+            )
+        finally:
+            await durably.close()
+
+    result = run(go())
+    if json_out:
+        print_json(result)
+    elif result["duplicate"]:
+        typer.echo("duplicate: this idempotency key was sent before; nothing new was sent")
+    elif result["delivered_to"]:
+        typer.echo(f"delivered to {', '.join(result['delivered_to'])}")
+    else:
+        typer.echo("buffered: no run is waiting; the next wait for it receives it")
+
+
+def cancel(
+    ctx: typer.Context,
+    run_id: str = typer.Argument(...),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Cancel a run (and its children); a step in flight is interrupted."""
+    durably = ctx.obj.load()
+
+    async def go() -> Any:
+        try:
+            return await durably.cancel(run_id)
+        finally:
+            await durably.close()
+
+    r = run(go())
+    if json_out:
+        print_json(r.to_dict())
+    else:
+        typer.echo(f"run {r.run_id} {r.status}")
+
+
+def list_runs(
+    ctx: typer.Context,
+    status: str | None = typer.Option(None, "--status"),
+    workflow: str | None = typer.Option(None, "--workflow"),
+    stuck: bool = typer.Option(False, "--stuck", help="due runs nothing is taking"),
+    limit: int = typer.Option(100, "--limit", min=1),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """List runs, newest first."""
+    statuses = ("pending", "running", "waiting", "completed", "failed", "canceled")
+    if status is not None and status not in statuses:
+        fail(f"--status must be one of {', '.join(statuses)}", 2)
+    opts: Options = ctx.obj
+    durably = opts.load()
+
+    async def go() -> Any:
+        try:
+            if stuck:
+                found = await durably.list_stuck(limit)
+                return [r for r in found if (status is None or r.status == status)
+                        and (workflow is None or r.workflow == workflow)]  # fmt: skip
+            return await durably.list_runs(status=status, workflow=workflow, limit=limit)
+        finally:
+            await durably.close()
+
+    found = run(go())
+    if json_out:
+        print_json([r.to_dict() for r in found])
+    else:
+        _render.runs_table(found)
+
+
+def show(
+    ctx: typer.Context,
+    run_id: str = typer.Argument(...),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Show a run and its step attempts as a timeline."""
+    durably = ctx.obj.load()
+
+    async def go() -> Any:
+        try:
+            return await durably.get_run(run_id), await durably.list_steps(run_id)
+        finally:
+            await durably.close()
+
+    r, steps = run(go())
+    if json_out:
+        print_json({"run": r.to_dict(), "steps": [s.to_dict() for s in steps]})
+    else:
+        _render.timeline(r, steps)

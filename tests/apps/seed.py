@@ -1,0 +1,174 @@
+"""The seed record's spike, as a durably app: every step body appends to a business
+ledger (its own table, written outside the engine) so tests can see what ran, where and
+how often. Configured by environment: DURABLY_DATABASE_URL, WF_VERSION, WORKER_NAME,
+COPY_SECONDS (how long `copy-file` takes)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from typing import Any
+
+import psycopg
+from pydantic import BaseModel
+
+from durably import Durably, RetryPolicy, StepContext
+
+URL = os.environ.get("DURABLY_DATABASE_URL", "sqlite:///durably.db")
+app = Durably(URL)
+VERSION = os.environ.get("WF_VERSION", "v1")
+WORKER = os.environ.get("WORKER_NAME", "?")
+
+
+def _sqlite_path(url: str) -> str:
+    return url.removeprefix("sqlite:///")
+
+
+def setup_business_tables(url: str = URL) -> None:
+    """The application's own tables, in their own schema (PostgreSQL) or prefix (SQLite)."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(_sqlite_path(url)) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS biz_ledger (run_id TEXT, step TEXT,"
+                         " worker TEXT, event TEXT, fence INTEGER, at REAL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS biz_library (order_id TEXT PRIMARY KEY,"
+                         " path TEXT, run_id TEXT, fence INTEGER)")
+        return
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS biz")
+        conn.execute("CREATE TABLE IF NOT EXISTS biz.ledger (run_id text, step text,"
+                     " worker text, event text, fence bigint, at timestamptz DEFAULT now())")
+        conn.execute("CREATE TABLE IF NOT EXISTS biz.library (order_id text PRIMARY KEY,"
+                     " path text, run_id text, fence bigint)")
+
+
+def ledger(ctx: StepContext, event: str = "run") -> None:
+    """Append one line to the business ledger, on a connection of its own."""
+    row = (ctx.run_id, ctx.step, WORKER, event, ctx.fence.fence)
+    if URL.startswith("sqlite"):
+        with sqlite3.connect(_sqlite_path(URL), timeout=30) as conn:
+            conn.execute("INSERT INTO biz_ledger VALUES (?, ?, ?, ?, ?, ?)", (*row, time.time()))
+    else:
+        with psycopg.connect(URL, autocommit=True) as conn:
+            conn.execute("INSERT INTO biz.ledger (run_id, step, worker, event, fence)"
+                         " VALUES (%s, %s, %s, %s, %s)", row)
+
+
+def read_ledger(url: str = URL) -> list[tuple[Any, ...]]:
+    if url.startswith("sqlite"):
+        with sqlite3.connect(_sqlite_path(url)) as conn:
+            return list(conn.execute("SELECT run_id, step, worker, event, fence FROM biz_ledger"
+                                     " ORDER BY at, rowid"))
+    with psycopg.connect(url) as conn:
+        return list(conn.execute("SELECT run_id, step, worker, event, fence FROM biz.ledger"
+                                 " ORDER BY at"))
+
+
+def read_library(url: str = URL) -> list[tuple[Any, ...]]:
+    if url.startswith("sqlite"):
+        with sqlite3.connect(_sqlite_path(url)) as conn:
+            return list(conn.execute("SELECT order_id, path, run_id FROM biz_library"))
+    with psycopg.connect(url) as conn:
+        return list(conn.execute("SELECT order_id, path, run_id FROM biz.library"))
+
+
+class Order(BaseModel):
+    id: str
+
+
+def submit(ctx: StepContext, order_id: str) -> dict[str, str]:
+    ledger(ctx)
+    return {"torrent_hash": f"hash-{order_id}"}
+
+
+def copy(ctx: StepContext, order_id: str) -> dict[str, str]:
+    ledger(ctx, "start")
+    deadline = time.monotonic() + float(os.environ.get("COPY_SECONDS", "0"))
+    while time.monotonic() < deadline:
+        ctx.raise_if_cancelled()
+        time.sleep(0.01)
+    ledger(ctx, "end")
+    return {"dest": f"/lib/{order_id}.mkv"}
+
+
+async def register(conn: Any, order_id: str, dest: str, run_id: str) -> str:
+    sql = "INSERT INTO {t} (order_id, path, run_id) VALUES ({p}, {p}, {p})"
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute(sql.format(t="biz_library", p="?"), (order_id, dest, run_id))
+    else:
+        await conn.execute(sql.format(t="biz.library", p="%s"), (order_id, dest, run_id))
+    return dest
+
+
+def cleanup(ctx: StepContext) -> None:
+    ledger(ctx)
+
+
+@app.workflow(name="acquire", version=VERSION)
+async def acquire(ctx: Any, order: Order) -> dict[str, Any]:
+    sub = await ctx.step.run("submit-download", submit, order.id)
+    sig = await ctx.step.wait_for_signal(f"download-done:{order.id}", timeout="1h")
+    if VERSION == "v2-extra":
+        await ctx.step.run("v2-extra-verify", ledger)
+    copied = await ctx.step.run("copy-file", copy, order.id)
+    await ctx.step.transaction("register", register, order.id, copied["dest"], ctx.run_id)
+    await ctx.step.sleep("retention", os.environ.get("RETENTION", "0.2s"))
+    await ctx.step.run("cleanup", cleanup)
+    return {"sub": sub, "copied": copied, "signal": sig}
+
+
+@app.workflow(name="renamed", version="v1")
+async def renamed(ctx: Any) -> str:
+    first = "first-renamed" if os.environ.get("RENAMED") else "first"
+    await ctx.step.run(first, ledger)
+    await ctx.step.sleep("nap", os.environ.get("NAP", "1s"))
+    await ctx.step.run("second", ledger)
+    return "done"
+
+
+@app.workflow(name="burst", version="v1")
+async def burst(ctx: Any, n: int) -> int:
+    for i in range(3):
+        await ctx.step.run(f"s{i}", ledger)
+    return n
+
+
+def flaky_body(ctx: StepContext, fail_times: int) -> int:
+    ledger(ctx)
+    if ctx.attempt <= fail_times:
+        raise RuntimeError(f"boom attempt {ctx.attempt}")
+    return ctx.attempt
+
+
+@app.workflow(name="flaky", version="v1")
+async def flaky(ctx: Any, fail_times: int) -> int:
+    policy = RetryPolicy(max_attempts=3, initial_interval="50ms")
+    return int(await ctx.step.run("flaky-step", flaky_body, fail_times, retry=policy))
+
+
+async def long_async(ctx: StepContext) -> None:
+    ledger(ctx, "start")
+    await asyncio.sleep(60)
+    ledger(ctx, "end")
+
+
+def long_sync(ctx: StepContext) -> None:
+    ledger(ctx, "start")
+    while not ctx.cancelled.wait(0.01):
+        pass
+    ledger(ctx, "stopped")
+
+
+@app.workflow(name="slow", version="v1")
+async def slow(ctx: Any, mode: str) -> None:
+    await ctx.step.run("long", long_async if mode == "async" else long_sync)
+    await ctx.step.run("after-long", ledger)
+
+
+@app.workflow(name="sleeper", version="v1")
+async def sleeper(ctx: Any, seconds: float) -> str:
+    await ctx.step.run("before", ledger)
+    await ctx.step.sleep("retention", seconds)
+    await ctx.step.run("after", ledger)
+    return "woke"
