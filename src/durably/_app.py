@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock
@@ -219,19 +219,11 @@ class Durably:
         return await self.store.list_runs(status=status, workflow=workflow, limit=limit)
 
     async def list_stuck(self, limit: int = 100) -> list[Run]:
-        """Runs that are due but that no registered workflow of this app can run, and runs
-        that have been due for over 30 s (no worker is taking them)."""
+        """Due runs that no live worker runs the (workflow, version) of, and runs that have
+        been due for over 30 s (workers are missing or saturated)."""
         await self.open()
-        due = await self.store.db.fetch("list_due", limit=limit)
-        runs = [Run.from_row(r) for r in due]
-        stale = {r.run_id for r in await self.store.list_runs(
-            limit=limit, due_before=await self._db_now_minus(30))}  # fmt: skip
-        return [r for r in runs if (r.workflow, r.version) not in self.workflows
-                or r.run_id in stale]  # fmt: skip
-
-    async def _db_now_minus(self, seconds: float) -> datetime:
-        _, now = await self.store.next_due([])
-        return now - timedelta(seconds=seconds)
+        rows = await self.store.db.fetch("list_stuck", limit=limit, grace_s=30, alive_s=60)
+        return [Run.from_row(r) for r in rows]
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle on an existing run."""
@@ -260,4 +252,3 @@ class Durably:
         from ._sync import SyncDurably
 
         return SyncDurably(self)
-

@@ -40,9 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably.worker")
 
-# A step that ends sooner than this is recorded with one write (its end); a longer one also
-# gets a `running` row after this delay, so that `show` and crash recovery can see it.
-START_RECORD_DELAY_S = 0.05
 CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
 
 

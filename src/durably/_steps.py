@@ -24,7 +24,7 @@ from ._errors import (
     WorkflowTimeoutError,
     describe,
 )
-from ._execution import CHILD_NAMESPACE, START_RECORD_DELAY_S, Compensation, StopReplay
+from ._execution import CHILD_NAMESPACE, Compensation, StopReplay
 from ._replay import Recorded
 from ._retry import STEP_DEFAULT, RetryPolicy
 
@@ -133,7 +133,10 @@ class StepApi:
                 x.store.record_start(x.lease, pos, attempt, name, kind)
             )
 
-        start["timer"] = loop.call_later(START_RECORD_DELAY_S, record_start)
+        # The `running` row is written as soon as the body first yields to the event loop
+        # (I/O, a thread, a sleep), concurrently with it. A body that finishes without ever
+        # yielding cannot be caught in flight, so it is recorded by one write: its end.
+        start["timer"] = loop.call_soon(record_start)
         began = x.clock.monotonic()
         try:
             try:

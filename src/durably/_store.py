@@ -222,6 +222,17 @@ class Store:
         )  # fmt: skip
         return {r["id"] for r in rows}
 
+    async def worker_seen(
+        self, worker_id: str, pairs: list[tuple[str, str]], concurrency: int
+    ) -> None:
+        await self.db.fetch(
+            "worker_seen", worker_id=worker_id, concurrency=concurrency,
+            workflows_json=encode([list(p) for p in pairs], "workflows"),
+        )  # fmt: skip
+
+    async def worker_gone(self, worker_id: str) -> None:
+        await self.db.fetch("worker_gone", worker_id=worker_id)
+
     async def check_held(self, worker_id: str, held: dict[str, int]) -> set[str]:
         """Of the runs in `held`, those this worker still owns (without renewing)."""
         rows = await self.db.fetch(

@@ -96,6 +96,8 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
             await stop_listening()
+            with contextlib.suppress(DatabaseUnavailable):
+                await self.app.store.worker_gone(self.worker_id)
             for timer in self._timers:
                 timer.cancel()
             self._threads.shutdown(wait=False, cancel_futures=True)
@@ -220,9 +222,14 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        seen = float("-inf")
         while True:
-            await asyncio.sleep(self._next_beat(loop.time()))
             try:
+                if loop.time() - seen >= self.heartbeat_s:
+                    await self.app.store.worker_seen(
+                        self.worker_id, self._pairs(), self.concurrency
+                    )
+                    seen = loop.time()
                 await self._renew(list(self.running))
             except DatabaseUnavailable as exc:
                 log.warning("heartbeat failed: %s", exc)
@@ -230,6 +237,7 @@ class Worker:
             for run_id, until in list(self._lease_until.items()):
                 if until <= now:
                     self._abort(run_id, "its lease expired before it could be renewed")
+            await asyncio.sleep(self._next_beat(loop.time()))
 
     def _next_beat(self, now: float) -> float:
         soonest = min(self._lease_until.values(), default=now + self.heartbeat_s)

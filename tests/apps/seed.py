@@ -30,17 +30,25 @@ def setup_business_tables(url: str = URL) -> None:
     """The application's own tables, in their own schema (PostgreSQL) or prefix (SQLite)."""
     if url.startswith("sqlite"):
         with sqlite3.connect(_sqlite_path(url)) as conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS biz_ledger (run_id TEXT, step TEXT,"
-                         " worker TEXT, event TEXT, fence INTEGER, at REAL)")
-            conn.execute("CREATE TABLE IF NOT EXISTS biz_library (order_id TEXT PRIMARY KEY,"
-                         " path TEXT, run_id TEXT, fence INTEGER)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS biz_ledger (run_id TEXT, step TEXT,"
+                " worker TEXT, event TEXT, fence INTEGER, at REAL)"
+            )
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS biz_library (order_id TEXT PRIMARY KEY,"
+                " path TEXT, run_id TEXT, fence INTEGER)"
+            )
         return
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS biz")
-        conn.execute("CREATE TABLE IF NOT EXISTS biz.ledger (run_id text, step text,"
-                     " worker text, event text, fence bigint, at timestamptz DEFAULT now())")
-        conn.execute("CREATE TABLE IF NOT EXISTS biz.library (order_id text PRIMARY KEY,"
-                     " path text, run_id text, fence bigint)")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS biz.ledger (run_id text, step text,"
+            " worker text, event text, fence bigint, at timestamptz DEFAULT now())"
+        )
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS biz.library (order_id text PRIMARY KEY,"
+            " path text, run_id text, fence bigint)"
+        )
 
 
 def ledger(ctx: StepContext, event: str = "run") -> None:
@@ -51,18 +59,25 @@ def ledger(ctx: StepContext, event: str = "run") -> None:
             conn.execute("INSERT INTO biz_ledger VALUES (?, ?, ?, ?, ?, ?)", (*row, time.time()))
     else:
         with psycopg.connect(URL, autocommit=True) as conn:
-            conn.execute("INSERT INTO biz.ledger (run_id, step, worker, event, fence)"
-                         " VALUES (%s, %s, %s, %s, %s)", row)
+            conn.execute(
+                "INSERT INTO biz.ledger (run_id, step, worker, event, fence)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                row,
+            )
 
 
 def read_ledger(url: str = URL) -> list[tuple[Any, ...]]:
     if url.startswith("sqlite"):
         with sqlite3.connect(_sqlite_path(url)) as conn:
-            return list(conn.execute("SELECT run_id, step, worker, event, fence FROM biz_ledger"
-                                     " ORDER BY at, rowid"))
+            return list(
+                conn.execute(
+                    "SELECT run_id, step, worker, event, fence FROM biz_ledger ORDER BY at, rowid"
+                )
+            )
     with psycopg.connect(url) as conn:
-        return list(conn.execute("SELECT run_id, step, worker, event, fence FROM biz.ledger"
-                                 " ORDER BY at"))
+        return list(
+            conn.execute("SELECT run_id, step, worker, event, fence FROM biz.ledger ORDER BY at")
+        )
 
 
 def read_library(url: str = URL) -> list[tuple[Any, ...]]:
@@ -148,9 +163,9 @@ async def flaky(ctx: Any, fail_times: int) -> int:
 
 
 async def long_async(ctx: StepContext) -> None:
-    ledger(ctx, "start")
+    await asyncio.to_thread(ledger, ctx, "start")
     await asyncio.sleep(60)
-    ledger(ctx, "end")
+    await asyncio.to_thread(ledger, ctx, "end")
 
 
 def long_sync(ctx: StepContext) -> None:

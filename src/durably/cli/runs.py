@@ -52,7 +52,9 @@ def start(
                 workflow, data, version=version, idempotency_key=idempotency_key,
                 available_at=when, deadline_at=deadline,
             )  # fmt: skip
-            return await handle.wait() if wait else await handle.get()
+            if wait:
+                return await handle.wait()
+            return handle.run or await handle.get()
         finally:
             await durably.close()
 

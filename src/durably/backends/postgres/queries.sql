@@ -299,3 +299,26 @@ SELECT r.id FROM {schema}.runs r
 JOIN unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS h(id, fence)
   ON r.id = h.id AND r.fence = h.fence
 WHERE r.worker_id = :worker_id AND (r.status = 'running' OR r.compensating);
+
+-- name: worker_seen
+INSERT INTO {schema}.workers (id, workflows, concurrency)
+VALUES (:worker_id, CAST(:workflows_json AS jsonb), :concurrency)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), workflows = excluded.workflows
+RETURNING id;
+
+-- name: worker_gone
+DELETE FROM {schema}.workers WHERE id = :worker_id OR last_seen_at < now() - interval '1 day'
+RETURNING id;
+
+-- name: list_workers
+SELECT * FROM {schema}.workers ORDER BY started_at;
+
+-- name: list_stuck
+SELECT r.* FROM {schema}.runs r
+WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
+  AND (r.available_at <= now() - :grace_s * interval '1 second'
+       OR NOT EXISTS (SELECT 1 FROM {schema}.workers w
+                      WHERE w.last_seen_at > now() - :alive_s * interval '1 second'
+                        AND w.workflows @> jsonb_build_array(jsonb_build_array(r.workflow, r.version))))
+ORDER BY r.available_at
+LIMIT :limit;

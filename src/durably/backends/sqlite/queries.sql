@@ -59,7 +59,8 @@ WHERE id IN (
     SELECT id FROM {schema}_runs
     WHERE available_at <= now()
       AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
-                  ON w.key = v.key WHERE w.value = workflow AND v.value = version)
+                  ON w.key = v.key WHERE w.value = {schema}_runs.workflow
+                  AND v.value = {schema}_runs.version)
     ORDER BY available_at
     LIMIT :limit
 );
@@ -81,13 +82,14 @@ UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
 SELECT min(available_at) AS next_at, now() AS db_now FROM {schema}_runs
 WHERE available_at IS NOT NULL
   AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
-              ON w.key = v.key WHERE w.value = workflow AND v.value = version);
+              ON w.key = v.key WHERE w.value = {schema}_runs.workflow
+              AND v.value = {schema}_runs.version);
 
 -- name: heartbeat
 UPDATE {schema}_runs SET lease_expires_at = now() + :lease, available_at = now() + :lease
 WHERE worker_id = :worker_id AND lease_expires_at > now() AND (status = 'running' OR compensating)
   AND EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
-              WHERE i.value = id AND f.value = fence)
+              WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence)
 RETURNING id;
 
 -- name: check_lease
@@ -258,5 +260,29 @@ WHERE type = 'table' AND name LIKE :schema || '\_%' ESCAPE '\' ORDER BY name;
 -- name: check_held
 SELECT id FROM {schema}_runs
 WHERE EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
-              WHERE i.value = id AND f.value = fence)
+              WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence)
   AND worker_id = :worker_id AND (status = 'running' OR compensating);
+
+-- name: worker_seen
+INSERT INTO {schema}_workers (id, workflows, concurrency, started_at, last_seen_at)
+VALUES (:worker_id, :workflows_json, :concurrency, now(), now())
+ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), workflows = excluded.workflows
+RETURNING id;
+
+-- name: worker_gone
+DELETE FROM {schema}_workers WHERE id = :worker_id OR last_seen_at < now() - 86400
+RETURNING id;
+
+-- name: list_workers
+SELECT * FROM {schema}_workers ORDER BY started_at;
+
+-- name: list_stuck
+SELECT r.* FROM {schema}_runs r
+WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
+  AND (r.available_at <= now() - :grace_s
+       OR NOT EXISTS (SELECT 1 FROM {schema}_workers w, json_each(w.workflows) j
+                      WHERE w.last_seen_at > now() - :alive_s
+                        AND json_extract(j.value, '$[0]') = r.workflow
+                        AND json_extract(j.value, '$[1]') = r.version))
+ORDER BY r.available_at
+LIMIT :limit;

@@ -1,0 +1,3 @@
+from durably.cli import main
+
+main()

@@ -1,0 +1,85 @@
+"""Real processes: `durably` CLI calls and worker subprocesses on the seed app."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.apps import seed
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.apps.seed:app"
+
+
+class Procs:
+    """Start workers and run CLI commands against one database; cleans up after."""
+
+    def __init__(self, url: str, logs: Path) -> None:
+        self.url = url
+        self.logs = logs
+        self.workers: list[subprocess.Popen[str]] = []
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ, DURABLY_DATABASE_URL=self.url, DURABLY_APP=APP,
+                   PYTHONPATH=str(ROOT))  # fmt: skip
+        env.update(extra)
+        return env
+
+    def worker(self, name: str, *args: str, **env: str) -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "durably.cli", "worker", "--id", name, *args]
+        with open(self.logs / f"{name}.log", "a") as log:
+            proc = subprocess.Popen(
+                cmd, env=self.env(WORKER_NAME=name, **env), cwd=ROOT, text=True,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        self.workers.append(proc)
+        return proc
+
+    def log(self, name: str) -> str:
+        """What worker `name` has printed so far."""
+        return (self.logs / f"{name}.log").read_text()
+
+    def cli(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "durably.cli", *args], env=self.env(**env), cwd=ROOT,
+            text=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        if check and done.returncode != 0:
+            raise AssertionError(f"durably {' '.join(args)} exited {done.returncode}:\n"
+                                 f"{done.stdout}\n{done.stderr}")  # fmt: skip
+        return done
+
+    def json(self, *args: str, **env: str) -> Any:
+        return json.loads(self.cli(*args, "--json", **env).stdout)
+
+    def stop_all(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.workers:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def procs(db_url: str, tmp_path: Path) -> Iterator[Procs]:
+    seed.setup_business_tables(db_url)
+    p = Procs(db_url, tmp_path)
+    p.cli("migrate")
+    try:
+        yield p
+    finally:
+        p.stop_all()
