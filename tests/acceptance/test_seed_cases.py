@@ -104,7 +104,7 @@ def test_b_frozen_worker_cannot_commit_after_takeover(procs: Procs, client: Sync
     assert seed.read_library(procs.url) == [("d3", "/lib/d3.mkv", run_id)]
     events = _events(procs, run_id)
     assert ("register", "A") not in {(s, w) for s, w, _ in events}
-    assert [e for e in events if e[1] == "B"][0] == ("copy-file", "B", "start")
+    assert next(e for e in events if e[1] == "B") == ("copy-file", "B", "start")
     run = client.get_run(run_id)
     assert run.status == "completed" and run.worker_id is None
 

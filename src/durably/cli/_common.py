@@ -98,3 +98,9 @@ def parse_json(text: str | None, what: str) -> Any:
 
 def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def options(ctx: typer.Context) -> Options:
+    """The global options of this invocation."""
+    opts: Options = ctx.obj
+    return opts

@@ -8,7 +8,7 @@ import typer
 
 from .._durations import parse_duration
 from .._errors import ConfigurationError
-from ._common import Options, fail, print_json, run
+from ._common import fail, options, print_json, run
 
 
 def register(app: typer.Typer) -> None:
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 def migrate(ctx: typer.Context, json_out: bool = typer.Option(False, "--json")) -> None:
     """Apply the engine's migrations (idempotent, under an advisory lock)."""
-    durably = ctx.obj.load()
+    durably = options(ctx).load()
 
     async def go() -> list[str]:
         try:
@@ -36,8 +36,7 @@ def migrate(ctx: typer.Context, json_out: bool = typer.Option(False, "--json")) 
 
 def tables(ctx: typer.Context, json_out: bool = typer.Option(False, "--json")) -> None:
     """List the engine's tables."""
-    opts: Options = ctx.obj
-    durably = opts.load()
+    durably = options(ctx).load()
 
     async def go() -> list[str]:
         try:
@@ -75,7 +74,7 @@ def worker(
             parse_duration(value)
     except ConfigurationError as exc:
         fail(str(exc), 2)
-    durably = ctx.obj.load(need_app=True)
+    durably = options(ctx).load(need_app=True)
     w = durably.worker(concurrency, lease, heartbeat, worker_id, poll, grace)
 
     async def go() -> None:

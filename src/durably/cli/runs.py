@@ -9,7 +9,7 @@ import typer
 from .._durations import parse_instant
 from .._errors import ConfigurationError
 from . import _render
-from ._common import Options, fail, parse_json, print_json, run
+from ._common import fail, options, parse_json, print_json, run
 
 
 def register(app: typer.Typer) -> None:
@@ -44,7 +44,7 @@ def start(
     data = parse_json(input_text, "--input")
     when = _instant(available_at, "--available-at")
     deadline = _instant(deadline_at, "--deadline-at")
-    durably = ctx.obj.load(need_app=True)
+    durably = options(ctx).load(need_app=True)
 
     async def go() -> Any:
         try:
@@ -80,7 +80,7 @@ def signal(
 ) -> None:
     """Send a durable signal; prints {"delivered_to", "buffered", "duplicate"}."""
     data = parse_json(data_text, "--data")
-    durably = ctx.obj.load()
+    durably = options(ctx).load()
 
     async def go() -> dict[str, Any]:
         try:
@@ -107,7 +107,7 @@ def cancel(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Cancel a run (and its children); a step in flight is interrupted."""
-    durably = ctx.obj.load()
+    durably = options(ctx).load()
 
     async def go() -> Any:
         try:
@@ -134,8 +134,7 @@ def list_runs(
     statuses = ("pending", "running", "waiting", "completed", "failed", "canceled")
     if status is not None and status not in statuses:
         fail(f"--status must be one of {', '.join(statuses)}", 2)
-    opts: Options = ctx.obj
-    durably = opts.load()
+    durably = options(ctx).load()
 
     async def go() -> Any:
         try:
@@ -160,7 +159,7 @@ def show(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show a run and its step attempts as a timeline."""
-    durably = ctx.obj.load()
+    durably = options(ctx).load()
 
     async def go() -> Any:
         try:
