@@ -37,9 +37,12 @@ def _unavailable(exc: Exception) -> DatabaseUnavailable:
 class PgTx:
     """A transaction on one connection (ours, or the caller's)."""
 
-    def __init__(self, conn: Any, queries: dict[str, list[LiteralString]]) -> None:
+    def __init__(
+        self, conn: Any, queries: dict[str, list[LiteralString]], external: bool = False
+    ) -> None:
         self._conn = conn
         self._queries = queries
+        self._external = external
 
     @property
     def connection(self) -> Any:
@@ -49,6 +52,8 @@ class PgTx:
         rows: list[Row] = []
         for statement in self._queries[query]:
             cur = self._conn.cursor(row_factory=dict_row)
+            if self._external:  # the caller's connection: leave its own loaders alone
+                set_json_loads(_json_as_text, cur)
             result = cur.execute(statement, params)
             if isinstance(self._conn, psycopg.AsyncConnection):
                 await result
@@ -150,7 +155,7 @@ class PostgresConnector:
     @contextlib.asynccontextmanager
     async def transaction(self, external: Any = None) -> AsyncIterator[PgTx]:
         if external is not None:
-            yield PgTx(external, await self._ensure_queries())
+            yield PgTx(external, await self._ensure_queries(), external=True)
             return
         pool = await self._ensure_pool()
         try:

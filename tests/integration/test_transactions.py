@@ -1,0 +1,164 @@
+"""Exactly-once database effects (§4.4), transactional start (§4.8), migrations (§4.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any
+
+import psycopg
+import pytest
+
+from durably import Durably, LeaseLostError, RetryPolicy, RunFailedError
+
+
+def _business_table(url: str) -> None:
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS biz_library (k TEXT PRIMARY KEY)")
+    else:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA IF NOT EXISTS biz")
+            conn.execute("CREATE TABLE IF NOT EXISTS biz.library (k text PRIMARY KEY)")
+
+
+def _library(url: str) -> list[str]:
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            return [r[0] for r in conn.execute("SELECT k FROM biz_library ORDER BY k")]
+    with psycopg.connect(url) as conn:
+        return [r[0] for r in conn.execute("SELECT k FROM biz.library ORDER BY k")]
+
+
+async def _insert(conn: Any, key: str) -> str:
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute("INSERT INTO biz_library VALUES (?)", (key,))
+    else:
+        await conn.execute("INSERT INTO biz.library VALUES (%s)", (key,))
+    return key
+
+
+async def test_transaction_step_commits_business_write_with_its_record(db_url: str) -> None:
+    _business_table(db_url)
+    app = Durably(db_url)
+
+    @app.workflow(name="register", version="v1")
+    async def wf(ctx: Any, key: str) -> str:
+        out = await ctx.step.transaction("register", _insert, key)
+        await ctx.step.sleep("replay", "10ms")
+        return str(out)
+
+    async with app, app.worker():
+        assert await (await wf.start("k1")).result(timeout=10) == "k1"
+    assert _library(db_url) == ["k1"]
+
+
+async def test_transaction_step_after_lost_lease_commits_nothing(db_url: str) -> None:
+    _business_table(db_url)
+    app = Durably(db_url)
+
+    async def slow_gate() -> None:
+        await asyncio.sleep(0.3)
+
+    @app.workflow(name="stolen", version="v1")
+    async def wf(ctx: Any) -> None:
+        await ctx.step.run("gate", slow_gate)
+        await ctx.step.transaction("register", _insert, "k2",
+                                   retry=RetryPolicy(max_attempts=1))  # fmt: skip
+
+    async with app:
+        handle = await wf.start()
+        worker = app.worker()
+        async with worker:
+            while not worker.running:
+                await asyncio.sleep(0.01)
+            execution, _ = worker.running[handle.run_id]
+            # Expire the lease behind the worker's back, as if it had been frozen.
+            await _expire_lease(app, handle.run_id)
+            with pytest.raises(LeaseLostError):
+                async with app.store.db.transaction() as tx:
+                    await app.store.check_lease(tx, execution.lease)
+        run = await app.get_run(handle.run_id)
+    assert _library(db_url) == []
+    assert run.status != "completed"
+
+
+async def _expire_lease(app: Durably, run_id: str) -> None:
+    url = app.url
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30) as conn:
+            conn.execute("UPDATE durably_runs SET fence = fence + 1 WHERE id = ?", (run_id,))
+    else:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE durably.runs SET fence = fence + 1 WHERE id = %s", (run_id,))
+
+
+async def test_start_inside_the_callers_transaction(db_url: str) -> None:
+    _business_table(db_url)
+    app = Durably(db_url)
+
+    @app.workflow(name="outboxless", version="v1")
+    async def wf(ctx: Any, key: str) -> str:
+        return key
+
+    async with app:
+        if db_url.startswith("sqlite"):
+            conn = sqlite3.connect(db_url.removeprefix("sqlite:///"), isolation_level=None)
+            conn.execute("BEGIN")
+            conn.execute("INSERT INTO biz_library VALUES ('rolled-back')")
+            await wf.start("rolled-back", connection=conn)
+            conn.execute("ROLLBACK")
+            conn.execute("BEGIN")
+            conn.execute("INSERT INTO biz_library VALUES ('kept')")
+            kept = await wf.start("kept", connection=conn)
+            conn.execute("COMMIT")
+            conn.close()
+        else:
+            async with await psycopg.AsyncConnection.connect(db_url) as aconn:
+                async with aconn.transaction(force_rollback=True):
+                    await aconn.execute("INSERT INTO biz.library VALUES ('rolled-back')")
+                    await wf.start("rolled-back", connection=aconn)
+                async with aconn.transaction():
+                    await aconn.execute("INSERT INTO biz.library VALUES ('kept')")
+                    kept = await wf.start("kept", connection=aconn)
+        runs = await app.list_runs()
+        assert [r.input for r in runs] == ["kept"]
+        async with app.worker():
+            assert await kept.result(timeout=10) == "kept"
+    assert _library(db_url) == ["kept"]
+
+
+async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
+    app = Durably(db_url, migrate=False)
+    first = await app.migrate()
+    assert first == ["0001_init.sql", "0002_workers.sql"]
+    assert await app.migrate() == []
+    await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))
+    await app.close()
+
+
+async def test_migrate_false_does_not_touch_the_schema(db_url: str) -> None:
+    app = Durably(db_url, migrate=False)
+
+    @app.workflow(name="w", version="v1")
+    async def wf(ctx: Any) -> None:
+        return None
+
+    with pytest.raises(Exception, match=r"(?i)(does not exist|no such table)"):
+        await wf.start()
+    await app.close()
+
+
+async def test_failed_run_keeps_the_error(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="raises", version="v1", retry=RetryPolicy(max_attempts=2,
+                                                                 initial_interval="10ms"))
+    async def wf(ctx: Any) -> None:
+        raise ValueError(f"attempt {ctx.attempt}")
+
+    async with app, app.worker():
+        handle = await wf.start()
+        with pytest.raises(RunFailedError, match="attempt 2"):
+            await handle.result(timeout=10)
+        assert (await handle.get()).attempts == 2
