@@ -152,8 +152,9 @@ async def test_migrate_false_does_not_touch_the_schema(db_url: str) -> None:
 async def test_failed_run_keeps_the_error(db_url: str) -> None:
     app = Durably(db_url)
 
-    @app.workflow(name="raises", version="v1", retry=RetryPolicy(max_attempts=2,
-                                                                 initial_interval="10ms"))
+    @app.workflow(
+        name="raises", version="v1", retry=RetryPolicy(max_attempts=2, initial_interval="10ms")
+    )
     async def wf(ctx: Any) -> None:
         raise ValueError(f"attempt {ctx.attempt}")
 

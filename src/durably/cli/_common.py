@@ -39,6 +39,12 @@ class Options:
 
     def load(self, need_app: bool = False) -> Durably:
         """The user's app (from --app), pointed at --database; or a bare one."""
+        try:
+            return self._load(need_app)
+        except DurablyError as exc:
+            fail(str(exc), 2 if isinstance(exc, INPUT_ERRORS) else 1)
+
+    def _load(self, need_app: bool) -> Durably:
         if self.app_path:
             app = _import_app(self.app_path)
             if self.database and self.database != app.url:

@@ -1,0 +1,75 @@
+"""The `durably` CLI as a user drives it: JSON documents, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.conftest import Procs
+
+
+def test_json_documents(procs: Procs, tmp_path: Path) -> None:
+    payload = tmp_path / "input.json"
+    payload.write_text('{"id": "f1"}')
+    started = procs.json("start", "acquire", "--input", f"@{payload}", "--available-at", "+1h")
+    assert set(started) == {"run_id", "status", "version"}
+    run_id = started["run_id"]
+    runs = procs.json("runs", "--status", "pending", "--workflow", "acquire")
+    assert [r["run_id"] for r in runs] == [run_id]
+    required = {"run_id", "workflow", "version", "status", "attempts", "input", "output", "error",
+                "fence", "worker_id", "available_at", "created_at", "finished_at"}  # fmt: skip
+    assert required <= set(runs[0])
+    shown = procs.json("show", run_id)
+    assert shown["run"]["input"] == {"id": "f1"} and shown["steps"] == []
+    canceled = procs.json("cancel", run_id)
+    assert canceled["status"] == "canceled" and canceled["run_id"] == run_id
+    human = procs.cli("show", run_id).stdout
+    assert run_id in human and "canceled" in human
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("start", "acquire", "--input", "{bad"), "not valid JSON"),
+        (("start", "acquire", "--input", "@/nonexistent.json"), "cannot read"),
+        (("start", "acquire", "--input", '{"idx": 1}'), "invalid"),
+        (("start", "nope", "--input", "{}"), "unknown workflow"),
+        (("start", "acquire", "--input", '{"id": "x"}', "--available-at", "soon"), "not a time"),
+        (("signal", "x", "--data", "[1,"), "not valid JSON"),
+        (("signal", "x", "--run", "no-such-run"), "no run"),
+        (("cancel", "no-such-run"), "no run"),
+        (("show", "no-such-run"), "no run"),
+        (("runs", "--status", "sleeping"), "--status must be one of"),
+        (("worker", "--lease", "forever"), "not a duration"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    procs: Procs, args: tuple[str, ...], message: str
+) -> None:
+    done = procs.cli(*args, check=False)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert procs.json("runs") == []
+
+
+def test_unreachable_database_is_one_line(tmp_path: Path) -> None:
+    procs = Procs("postgresql://postgres@127.0.0.1:1/nothing", tmp_path)
+    done = procs.cli("runs", check=False)
+    assert done.returncode == 1 and "unavailable" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_database_url_and_app(tmp_path: Path) -> None:
+    procs = Procs("mysql://x", tmp_path)
+    done = procs.cli("runs", check=False)
+    assert done.returncode == 2 and "unsupported database URL" in done.stderr
+    procs = Procs(f"sqlite:///{tmp_path}/x.db", tmp_path)
+    done = procs.cli("--app", "no_such_module:app", "runs", check=False)
+    assert done.returncode == 2 and "cannot import" in done.stderr
+    bare = {"DURABLY_APP": ""}
+    assert json.loads(procs.cli("--schema", "other", "runs", "--json", **bare).stdout) == []
+    done = procs.cli("--schema", "Bad-Name", "runs", check=False, **bare)
+    assert done.returncode == 2 and "invalid schema name" in done.stderr
