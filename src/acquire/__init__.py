@@ -1,0 +1,1 @@
+"""acquire: torrent → qBittorrent → library, as a durable workflow on durably."""
