@@ -49,8 +49,15 @@ def _check_destination(path: Path) -> None:
 def validate_order(source: str, to: Path, order_id: str, client: str, retention: str) -> Order:
     """The order, or a clear error (exit 2) and nothing started."""
     try:
-        order = Order(id=order_id, source=source, library=str(to.resolve()), client=client,
-                      retention=retention)  # type: ignore[arg-type]  # fmt: skip
+        order = Order.model_validate(
+            {
+                "id": order_id,
+                "source": source,
+                "client": client,
+                "library": str(to.resolve()),
+                "retention": retention,
+            }
+        )
     except ValidationError as exc:
         err = exc.errors()[0]
         fail(f"invalid {'.'.join(map(str, err['loc']))}: {err['msg']}")

@@ -22,3 +22,19 @@ def maybe(name: str) -> None:
     except FileExistsError:
         return
     raise InjectedFault(f"injected fault {name!r}")
+
+
+def maybe_kill(name: str) -> None:
+    """Kill this process with SIGKILL once if ACQUIRE_FAULT names this fault."""
+    try:
+        maybe(name)
+    except InjectedFault:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def copy_delay() -> float:
+    """Seconds to pause per copied chunk (`ACQUIRE_FAULT=slow-copy:<seconds>`), else 0."""
+    fault, _, value = os.environ.get("ACQUIRE_FAULT", "").partition(":")
+    return float(value) if fault == "slow-copy" and value else 0.0

@@ -7,6 +7,7 @@ import sqlite3
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 _SQLITE = """CREATE TABLE IF NOT EXISTS acquire_library (
     order_id TEXT PRIMARY KEY, path TEXT NOT NULL, size INTEGER NOT NULL,
@@ -55,8 +56,8 @@ def entries(url: str) -> list[dict[str, Any]]:
     """Every library row (for `acquire status` and tests)."""
     query = "SELECT order_id, path, size, sha256, run_id FROM {} ORDER BY order_id"
     if url.startswith("sqlite"):
-        with sqlite3.connect(sqlite_path(url), timeout=30) as conn:
-            conn.row_factory = sqlite3.Row
-            return [dict(r) for r in conn.execute(query.format("acquire_library"))]
-    with psycopg.connect(url) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
-        return list(cur.execute(query.format("acquire.library")))
+        with sqlite3.connect(sqlite_path(url), timeout=30) as lite:
+            lite.row_factory = sqlite3.Row
+            return [dict(r) for r in lite.execute(query.format("acquire_library"))]
+    with psycopg.connect(url, row_factory=dict_row) as pg:
+        return list(pg.execute(query.format("acquire.library")))

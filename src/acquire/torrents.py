@@ -99,7 +99,7 @@ def resolve(source: str) -> Torrent:
         return from_magnet(source)
     if source.startswith(("http://", "https://")):
         try:
-            with urllib.request.urlopen(source, timeout=30) as resp:  # noqa: S310
+            with urllib.request.urlopen(source, timeout=30) as resp:
                 return from_torrent_bytes(resp.read())
         except OSError as exc:
             raise BadSource(f"cannot fetch {source}: {exc}") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +23,7 @@ from pydantic import BaseModel, field_validator
 
 from durably import Durably, NonRetryableError, RetryPolicy, StepContext, parse_duration
 
-from . import files, library
+from . import faults, files, library
 from .clients import client_for
 
 app = Durably()  # DURABLY_DATABASE_URL, else the embedded sqlite:///durably.db
@@ -78,11 +79,12 @@ def copy(ctx: StepContext, order: Order, content_path: str) -> dict[str, Any]:
     dest_dir.mkdir(parents=True, exist_ok=True)
     dest = dest_dir / src.name
     last = [0.0]
+    pause = faults.copy_delay()
 
     def checkpoint(done: int, total: int) -> None:
         ctx.raise_if_cancelled()
-        if ctx.cancelled.is_set():
-            raise RuntimeError("cancelled")
+        if pause:
+            time.sleep(pause)
         if done - last[0] >= 64 * 1024 * 1024:  # a long copy keeps its lease alive
             last[0] = done
             ctx.heartbeat()
@@ -91,6 +93,7 @@ def copy(ctx: StepContext, order: Order, content_path: str) -> dict[str, Any]:
         copied = files.atomic_copy(src, dest, f"{ctx.run_id[:8]}-{ctx.fence.fence}", checkpoint)
     except FileExistsError as exc:
         raise NonRetryableError(str(exc)) from None
+    faults.maybe_kill("kill-after-rename")  # drills: renamed, but the step is not recorded
     return {"path": str(dest), "size": dest.stat().st_size, "sha256": files.digest(dest),
             "copied": copied}  # fmt: skip
 

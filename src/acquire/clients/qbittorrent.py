@@ -37,13 +37,13 @@ class QbittorrentClient:
         torrent = resolve(source)
         if self._info(torrent.info_hash) is not None:
             return Submitted(torrent.info_hash, torrent.name, already=True)
-        options: dict[str, object] = {"tags": f"acquire:{order_id}", "is_paused": False}
-        if self.save_path:
-            options["save_path"] = self.save_path
+        tags, save = f"acquire:{order_id}", self.save_path
         if torrent.data is not None:
-            reply = self._api.torrents_add(torrent_files=torrent.data, **options)
+            reply = self._api.torrents_add(torrent_files=torrent.data, tags=tags, save_path=save,
+                                           is_paused=False)  # fmt: skip
         else:
-            reply = self._api.torrents_add(urls=torrent.magnet, **options)
+            reply = self._api.torrents_add(urls=torrent.magnet, tags=tags, save_path=save,
+                                           is_paused=False)  # fmt: skip
         faults.maybe("lose-add-reply")  # drills: qBittorrent took it, the reply is lost
         deadline = time.monotonic() + 10
         while self._info(torrent.info_hash) is None:
