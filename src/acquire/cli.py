@@ -197,3 +197,7 @@ def demo(
 def main() -> None:
     """Entry point of the `acquire` script."""
     cli()
+
+
+if __name__ == "__main__":
+    main()

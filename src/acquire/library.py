@@ -32,7 +32,9 @@ def ensure_tables(url: str) -> None:
         with sqlite3.connect(sqlite_path(url), timeout=30) as conn:
             conn.execute(_SQLITE)
         return
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(url) as conn, conn.transaction():
+        # CREATE ... IF NOT EXISTS races with itself; serialize the processes that run it.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('acquire:tables'))")
         for statement in _POSTGRES:
             conn.execute(statement)
 

@@ -21,7 +21,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, field_validator
 
-from durably import Durably, NonRetryableError, RetryPolicy, StepContext, parse_duration
+from durably import (
+    Durably,
+    DurablyError,
+    NonRetryableError,
+    RetryPolicy,
+    StepContext,
+    parse_duration,
+)
 
 from . import faults, files, library
 from .clients import client_for
@@ -49,7 +56,10 @@ class Order(BaseModel):
     @field_validator("retention")
     @classmethod
     def _retention(cls, value: str) -> str:
-        parse_duration(value)
+        try:
+            parse_duration(value)
+        except DurablyError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
 
