@@ -29,14 +29,14 @@ def sqlite_path(url: str) -> str:
 def ensure_tables(url: str) -> None:
     """Create the library table if it is not there (idempotent)."""
     if url.startswith("sqlite"):
-        with sqlite3.connect(sqlite_path(url), timeout=30) as conn:
-            conn.execute(_SQLITE)
+        with sqlite3.connect(sqlite_path(url), timeout=30) as lite:
+            lite.execute(_SQLITE)
         return
-    with psycopg.connect(url) as conn, conn.transaction():
+    with psycopg.connect(url) as pg, pg.transaction():
         # CREATE ... IF NOT EXISTS races with itself; serialize the processes that run it.
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('acquire:tables'))")
+        pg.execute("SELECT pg_advisory_xact_lock(hashtext('acquire:tables'))")
         for statement in _POSTGRES:
-            conn.execute(statement)
+            pg.execute(statement)
 
 
 async def register(conn: Any, entry: dict[str, Any]) -> dict[str, Any]:

@@ -33,8 +33,10 @@ class Acquire:
         return env
 
     def cli(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, "-m", "acquire.cli", *args], env=self.env(**env),
-                              cwd=self.work, text=True, capture_output=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "acquire.cli", *args], env=self.env(**env), cwd=self.work,
+            text=True, capture_output=True, timeout=120,
+        )  # fmt: skip
         if check and done.returncode != 0:
             raise AssertionError(f"acquire {' '.join(args)} exited {done.returncode}:\n"
                                  f"{done.stdout}\n{done.stderr}")  # fmt: skip

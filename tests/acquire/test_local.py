@@ -105,8 +105,9 @@ def test_frozen_worker_during_copy(acq: Acquire) -> None:
     acq.worker("B", *lease)
     eventually_sync(lambda: _completed(acq, "o3"), timeout=60, what="B to take over")
     os.killpg(a.pid, signal.SIGCONT)
-    eventually_sync(lambda: "cancelling its step bodies" in
-                    (acq.work / "worker-A.log").read_text(), timeout=15, what="A to stop")  # fmt: skip
+    log = acq.work / "worker-A.log"
+    eventually_sync(lambda: "cancelling its step bodies" in log.read_text(), timeout=15,
+                    what="A to stop")  # fmt: skip
     eventually_sync(lambda: not list(lib.glob(".*partial")), timeout=15, what="A's temp file")
     assert files.same_file(src, lib / "movie.mkv")
     assert [e["order_id"] for e in library.entries(acq.url)] == ["o3"]
