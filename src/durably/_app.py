@@ -36,6 +36,7 @@ class Durably:
         migrate: apply migrations when first connecting.
         max_payload_bytes: the largest JSON input, output or signal data.
         pool_size: PostgreSQL connections in the pool.
+        max_step_attempts: step attempts a run may make in all (then it fails).
 
     Example:
         ```python
@@ -56,6 +57,7 @@ class Durably:
         migrate: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         pool_size: int = 10,
+        max_step_attempts: int = 1000,
         clock: Clock | None = None,
     ) -> None:
         self.url = url or os.environ.get("DURABLY_DATABASE_URL") or DEFAULT_URL
@@ -65,6 +67,7 @@ class Durably:
         self.connector = connect(self.url, schema, self.clock, pool_size)
         self.store = Store(self.connector, namespace)
         self.max_payload = max_payload_bytes
+        self.max_step_attempts = max_step_attempts
         self._migrate = migrate
         self._opened = False
         self._open_lock: asyncio.Lock | None = None

@@ -15,6 +15,7 @@
     ├── WorkflowTimeoutError         waiting for a child (or a result) took longer than allowed
     ├── DeadlineExceeded             the run's deadline_at passed
     ├── RunFailedError               `handle.result()` of a run that failed or was canceled
+    ├── StepLimitExceeded            the run reached its limit of step attempts
     └── DatabaseUnavailable          the database could not be reached
 
 A step body may raise `NonRetryableError` (not a DurablyError: it is the user's) to fail
@@ -121,6 +122,10 @@ class RunFailedError(DurablyError):
         self.run_id = run_id
         self.status = status
         self.error = error
+
+
+class StepLimitExceeded(DurablyError):
+    """The run reached its limit of step attempts (Durably(max_step_attempts=...))."""
 
 
 class DatabaseUnavailable(DurablyError):

@@ -29,6 +29,7 @@ from ._errors import (
     DeadlineExceeded,
     LeaseLostError,
     NonDeterminismError,
+    StepLimitExceeded,
     describe,
 )
 from ._replay import History
@@ -83,6 +84,7 @@ class Execution:
         clock: Clock,
         threads: Executor | None,
         max_payload: int,
+        max_step_attempts: int,
         on_park: Callable[[float | None], None],
         heartbeat: Callable[[], Coroutine[Any, Any, None]],
     ) -> None:
@@ -96,6 +98,7 @@ class Execution:
         self.clock = clock
         self.threads = threads
         self.max_payload = max_payload
+        self.max_step_attempts = max_step_attempts
         self.on_park = on_park
         self.heartbeat = heartbeat
         self._db_now: datetime = row["db_now"]
@@ -117,6 +120,14 @@ class Execution:
     def now(self) -> datetime:
         """The database's time, estimated from the claim's `now()` and the elapsed time."""
         return self._db_now + timedelta(seconds=self.clock.monotonic() - self._mono_at_claim)
+
+    def spend_attempt(self) -> None:
+        """Count one more step attempt against the run's limit."""
+        self.history.attempts += 1
+        if self.history.attempts > self.max_step_attempts:
+            raise StepLimitExceeded(
+                f"run {self.run_id} reached its limit of {self.max_step_attempts} step attempts"
+            )
 
     def next_position(self) -> int:
         self._position += 1
@@ -172,7 +183,9 @@ class Execution:
             return
         error = outcome.error
         attempts = self.row["attempts"]
-        retryable = not isinstance(error, NonDeterminismError | DeadlineExceeded)
+        retryable = not isinstance(
+            error, NonDeterminismError | DeadlineExceeded | StepLimitExceeded
+        )
         if retryable and attempts < self.row["max_attempts"]:
             delay = self.workflow.retry.delay(attempts).total_seconds()
             await self.store.retry_run(self.lease, describe(error), delay)

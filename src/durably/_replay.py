@@ -59,6 +59,7 @@ class History:
     """Latest attempt and failure count per position, from the claim's history JSON."""
 
     def __init__(self, entries: list[dict[str, Any]]) -> None:
+        self.attempts = len(entries)
         self._latest: dict[int, Recorded] = {}
         self._failures: dict[int, int] = {}
         for e in entries:

@@ -123,6 +123,7 @@ class StepApi:
     ) -> Any:
         x = self._x
         await x.defer_if_parking()
+        x.spend_attempt()
         attempt = x.history.next_attempt(pos)
         x.in_flight += 1
         loop = asyncio.get_running_loop()
@@ -296,6 +297,7 @@ class StepApi:
             wake_at = rec.wake_at
         else:
             await x.defer_if_parking()
+            x.spend_attempt()
             wake_at = await x.store.record_start(x.lease, pos, 1, name, "sleep", wait_s=seconds)
             if wake_at is None:
                 raise LeaseLostError(f"lost the lease on run {x.run_id} before sleep {name!r}")
@@ -328,6 +330,7 @@ class StepApi:
                 return decode(row["output"]) if row else None
             await x.suspend(rec.wake_at, f"signal:{signal}")
         await x.defer_if_parking()
+        x.spend_attempt()
         wait_s = parse_duration(timeout).total_seconds() if timeout is not None else None
         async with x.store.db.transaction() as tx:
             taken = await x.store.take_signal(tx, signal, x.run_id)
@@ -354,6 +357,7 @@ class StepApi:
         if replayed is not _NOTHING:
             return replayed  # type: ignore[no-any-return]
         await x.defer_if_parking()
+        x.spend_attempt()
         data_json = x.encode(data, f"the data of signal {signal!r}")
         async with x.store.db.transaction() as tx:
             await x.store.check_lease(tx, x.lease)
@@ -387,6 +391,7 @@ class StepApi:
         if rec is not None and rec.waiting and rec.child_run_id:
             return await self._check_child(pos, step, rec)
         await x.defer_if_parking()
+        x.spend_attempt()
         child_id = uuid.uuid5(CHILD_NAMESPACE, f"{x.run_id}/{pos}").hex
         new = workflow.new_run(input, parent_run_id=x.run_id, run_id=child_id)
         wait_s = parse_duration(timeout).total_seconds() if timeout is not None else None

@@ -54,6 +54,7 @@ class Worker:
         self.running: dict[str, tuple[Execution, asyncio.Task[None]]] = {}
         self._lease_until: dict[str, float] = {}
         self._wake = asyncio.Event()
+        self._hint = True  # there may be due runs: claim at the next chance
         self._stopping = asyncio.Event()
         self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="durably-step")
         self._timers: list[asyncio.TimerHandle] = []
@@ -125,35 +126,47 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         backoff = 0.1
+        # While busy, a finished run alone does not trigger a claim: slots are gathered
+        # into batches of a quarter of the concurrency, so a saturated worker claims a few
+        # runs per statement instead of one. New work announced (NOTIFY, a due timer)
+        # triggers a claim at once, and so does an idle worker.
+        batch = max(1, self.concurrency // 4)
         while not self._stopping.is_set():
             self._wake.clear()
             timeout = self.poll_s
             free = self.concurrency - len(self.running)
             try:
-                if free > 0:
+                if free > 0 and (self._hint or free >= batch or not self.running):
+                    self._hint = False
                     rows = await self.app.store.claim(
                         self.worker_id, self._pairs(), free, self.lease_s
                     )
                     for row in rows:
                         self._execute(row)
                     if len(rows) == free:
+                        self._hint = True  # there may be more
                         continue
-                    next_at, db_now = await self.app.store.next_due(self._pairs())
-                    if next_at is not None:
-                        timeout = min(timeout, max((next_at - db_now).total_seconds(), 0.001))
+                    if not rows and not self.running:
+                        next_at, db_now = await self.app.store.next_due(self._pairs())
+                        if next_at is not None:
+                            delay = (next_at - db_now).total_seconds()
+                            timeout = min(timeout, max(delay, 0.001))
                 backoff = 0.1
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, backoff)
                 timeout, backoff = backoff, min(backoff * 2, 5.0)
+                self._hint = True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
+            if not self._wake.is_set():
+                self._hint = True  # the poll interval or a due time passed
 
     def _execute(self, row: Row) -> None:
         wf = self.app.workflows[(row["workflow"], row["version"])]
         run_id = row["id"]
         execution = Execution(
             self.app.store, wf, row, self.worker_id, self.app.clock, self._threads,
-            self.app.max_payload, self._wake_at, lambda: self._renew([run_id]),
+            self.app.max_payload, self.app.max_step_attempts, self._wake_at, lambda: self._renew([run_id]),
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
         self.running[run_id] = (execution, task)
@@ -174,18 +187,22 @@ class Worker:
             return
         loop = asyncio.get_running_loop()
         self._timers = [t for t in self._timers if not t.cancelled()]
-        self._timers.append(loop.call_later(max(delay, 0.0), self._wake.set))
+        self._timers.append(loop.call_later(max(delay, 0.0), self._announce))
+
+    def _announce(self) -> None:
+        self._hint = True
+        self._wake.set()
 
     def _on_message(self, message: str) -> None:
         if message.startswith("cancel:"):
             self._abort(message.removeprefix("cancel:"), "the run was canceled")
-        elif (
-            message == "changed"
-            and self.running
-            and (self._check_task is None or self._check_task.done())
-        ):
-            self._check_task = asyncio.create_task(self._check_held())
-        self._wake.set()
+        elif message == "changed" and self.running:
+            # SQLite: some commit happened, maybe our own. Check our runs are still ours;
+            # new work waits for the next batch (a busy worker claims in batches anyway).
+            if self._check_task is None or self._check_task.done():
+                self._check_task = asyncio.create_task(self._check_held())
+            return
+        self._announce()
 
     async def _check_held(self) -> None:
         held = self._held()

@@ -233,3 +233,18 @@ async def test_unknown_version_stays_pending_untouched(db_url: str) -> None:
         assert [r.run_id for r in await new.list_stuck()] == [handle.run_id]
         async with old.worker():
             assert await handle.result(timeout=10) == "v1"
+
+
+async def test_a_run_has_a_limit_of_step_attempts(db_url: str) -> None:
+    app = Durably(db_url, max_step_attempts=5)
+
+    @app.workflow(name="loop", version="v1")
+    async def wf(ctx: Any) -> None:
+        for i in range(10):
+            await ctx.step.run(f"s{i}", lambda: None)
+
+    async with app, app.worker():
+        handle = await wf.start()
+        with pytest.raises(RunFailedError, match="limit of 5 step attempts"):
+            await handle.result(timeout=10)
+        assert len(await app.list_steps(handle.run_id)) == 5

@@ -1,0 +1,1 @@
+"""Benchmarks of durably (outside the default test run): `uv run python -m bench MODE`."""

@@ -1,0 +1,40 @@
+"""`uv run python -m bench MODE ...` — the scenarios of ../shared/bench, same JSON keys.
+
+  throughput --concurrency C --runs N --database URL   -> {"runs_per_s", "steps_per_s"}
+  latency    --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
+  signal     --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
+  scale      --concurrency C --runs N --database URL   throughput with 1M finished and
+             [--finished 1000000 --sleeping 100000]     100k sleeping runs, against empty
+  idle       --concurrency C --seconds S --database URL -> {"queries_per_s"}
+Each call starts from an empty schema of its own (`durably_bench`). The last line printed
+is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+
+from . import scenarios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("mode", choices=["throughput", "latency", "signal", "scale", "idle"])
+    parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--n", type=int, default=20)
+    parser.add_argument("--gap-ms", type=int, default=1500)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--finished", type=int, default=1_000_000)
+    parser.add_argument("--sleeping", type=int, default=100_000)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    result = asyncio.run(scenarios.run(args))
+    print(json.dumps(result), flush=True)
+
+
+main()

@@ -1,0 +1,192 @@
+"""The benchmark scenarios, each on a fresh schema."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+from typing import Any
+
+import psycopg
+
+from durably import Durably
+
+SCHEMA = "durably_bench"
+
+
+def make_app(url: str, pool_size: int = 10) -> Durably:
+    app = Durably(url, schema=SCHEMA, pool_size=pool_size)
+
+    async def noop(i: int) -> int:
+        return i
+
+    @app.workflow(name="bench", version="v1")
+    async def bench(ctx: Any, k: int) -> int:
+        for i in range(3):
+            await ctx.step.run(f"s{i}", noop, i)
+        return k
+
+    @app.workflow(name="sigbench", version="v1")
+    async def sigbench(ctx: Any, sig: str) -> Any:
+        return await ctx.step.wait_for_signal(sig, timeout="10m")
+
+    return app
+
+
+async def reset(url: str) -> None:
+    if url.startswith("sqlite"):
+        import pathlib
+
+        path = pathlib.Path(url.removeprefix("sqlite:///"))
+        for suffix in ("", "-wal", "-shm"):
+            pathlib.Path(f"{path}{suffix}").unlink(missing_ok=True)
+        return
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    s = sorted(xs)
+    return {"median": round(statistics.median(s), 2), "p10": round(s[int(0.1 * len(s))], 2),
+            "p90": round(s[min(len(s) - 1, int(0.9 * len(s)))], 2),
+            "min": round(s[0], 2), "max": round(s[-1], 2)}  # fmt: skip
+
+
+async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, int] = (0, 0)
+                     ) -> dict[str, Any]:  # fmt: skip
+    await reset(url)
+    app = make_app(url, pool_size=min(20, max(4, concurrency // 3)))
+    async with app:
+        if any(prefill):
+            await _prefill(app, url, *prefill)
+        t0 = time.perf_counter()
+        for k in range(runs):
+            await app.start("bench", k)
+        enqueue_s = time.perf_counter() - t0
+        async with app.worker(concurrency=concurrency):
+            while await _completed(app) < runs:
+                await asyncio.sleep(0.05)
+        span = await _span(app, url)
+    return {
+        "system": "durably",
+        "mode": "throughput",
+        "n": runs,
+        "concurrency": concurrency,
+        "enqueue_seq_runs_per_s": round(runs / enqueue_s, 1),
+        "drain_span_s_db": span,
+        "runs_per_s": round(runs / span, 1),
+        "steps_per_s": round(3 * runs / span, 1),
+    }
+
+
+async def _completed(app: Durably) -> int:
+    """Completed bench runs, counted by the database (not decoded here)."""
+    table = f"{SCHEMA}.runs" if app.url.startswith("postgres") else f"{SCHEMA}_runs"
+    query = f"SELECT count(*) FROM {table} WHERE workflow = 'bench' AND status = 'completed'"
+    if app.url.startswith("sqlite"):
+        import sqlite3
+
+        with sqlite3.connect(app.url.removeprefix("sqlite:///")) as lite:
+            return int(lite.execute(query).fetchone()[0])
+    async with await psycopg.AsyncConnection.connect(app.url) as conn:
+        row = await (await conn.execute(query)).fetchone()
+        return int(row[0]) if row else 0
+
+
+async def _span(app: Durably, url: str) -> float:
+    runs = await app.list_runs(status="completed", workflow="bench", limit=10**7)
+    first = min(r.started_at for r in runs if r.started_at)
+    last = max(r.finished_at for r in runs if r.finished_at)
+    return round((last - first).total_seconds(), 3)
+
+
+async def _prefill(app: Durably, url: str, finished: int, sleeping: int) -> None:
+    """Finished and sleeping runs of another workflow, written straight into the tables."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(f"""
+            INSERT INTO {SCHEMA}.runs (id, namespace, workflow, version, status, input, output,
+                attempts, available_at, created_at, started_at, finished_at)
+            SELECT 'done-' || g, 'default', 'old', 'v1', 'completed', '1', '1', 1, NULL,
+                   now() - interval '1 day', now() - interval '1 day', now() - interval '1 day'
+            FROM generate_series(1, {finished}) g""")
+        await conn.execute(f"""
+            INSERT INTO {SCHEMA}.runs (id, namespace, workflow, version, status, input,
+                attempts, available_at, wake_at, waiting_for, created_at)
+            SELECT 'sleep-' || g, 'default', 'bench', 'v1', 'waiting', '1', 1,
+                   now() + interval '7 days', now() + interval '7 days', 'sleep:retention', now()
+            FROM generate_series(1, {sleeping}) g""")
+        await conn.execute(f"VACUUM ANALYZE {SCHEMA}.runs")
+
+
+async def latency(url: str, n: int, gap_ms: int, mode: str) -> dict[str, Any]:
+    await reset(url)
+    app = make_app(url)
+    client: list[float] = []
+    async with app, app.worker(concurrency=10):
+        await (await app.start("bench", -1)).result(timeout=30)  # warm up
+        for i in range(n):
+            if mode == "latency":
+                await asyncio.sleep(gap_ms / 1000 + random.random())
+                t0 = time.perf_counter()
+                handle = await app.start("bench", i)
+            else:
+                sig = f"sig-{i}-{random.random()}"
+                handle = await app.start("sigbench", sig)
+                while (await handle.status()) != "waiting":
+                    await asyncio.sleep(0.005)
+                await asyncio.sleep(gap_ms / 1000 + random.random())
+                t0 = time.perf_counter()
+                sent = await app.send_signal(sig, {"ok": True})
+                assert sent["delivered_to"] == [handle.run_id], sent
+            while (await handle.status()) != "completed":
+                await asyncio.sleep(0.002)
+            client.append((time.perf_counter() - t0) * 1000)
+    return {"system": "durably", "mode": mode, "n": n, "gap_ms": gap_ms,
+            "client_ms": stats(client)}  # fmt: skip
+
+
+async def idle(url: str, concurrency: int, seconds: float) -> dict[str, Any]:
+    await reset(url)
+    app = make_app(url)
+    async with app, app.worker(concurrency=concurrency):
+        await (await app.start("bench", -1)).result(timeout=30)
+        await asyncio.sleep(2)  # settle
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            q = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            before = (await (await conn.execute(q)).fetchone())[0]  # type: ignore[index]
+            await asyncio.sleep(seconds)
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            after = (await (await conn.execute(q)).fetchone())[0]  # type: ignore[index]
+    # This measuring connection's own statements (two clears, two reads) are not the worker's.
+    transactions = after - before - 3
+    return {
+        "system": "durably",
+        "mode": "idle",
+        "concurrency": concurrency,
+        "seconds": seconds,
+        "queries_per_s": round(transactions / seconds, 2),
+    }
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.mode == "throughput":
+        return await throughput(args.database, args.concurrency, args.runs)
+    if args.mode in ("latency", "signal"):
+        return await latency(args.database, args.n, args.gap_ms, args.mode)
+    if args.mode == "idle":
+        return await idle(args.database, args.concurrency, args.seconds)
+    empty = await throughput(args.database, args.concurrency, args.runs)
+    full = await throughput(args.database, args.concurrency, args.runs,
+                            (args.finished, args.sleeping))  # fmt: skip
+    return {
+        "system": "durably",
+        "mode": "scale",
+        "empty_runs_per_s": empty["runs_per_s"],
+        "full_runs_per_s": full["runs_per_s"],
+        "finished": args.finished,
+        "sleeping": args.sleeping,
+        "ratio": round(full["runs_per_s"] / empty["runs_per_s"], 3),
+    }
