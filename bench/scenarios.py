@@ -154,7 +154,8 @@ async def idle(url: str, concurrency: int, seconds: float) -> dict[str, Any]:
         await (await app.start("bench", -1)).result(timeout=30)
         await asyncio.sleep(2)  # settle
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            q = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+            q = ("SELECT xact_commit + xact_rollback FROM pg_stat_database"
+                 " WHERE datname = current_database()")
             await conn.execute("SELECT pg_stat_clear_snapshot()")
             before = (await (await conn.execute(q)).fetchone())[0]  # type: ignore[index]
             await asyncio.sleep(seconds)

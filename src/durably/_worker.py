@@ -166,7 +166,8 @@ class Worker:
         run_id = row["id"]
         execution = Execution(
             self.app.store, wf, row, self.worker_id, self.app.clock, self._threads,
-            self.app.max_payload, self.app.max_step_attempts, self._wake_at, lambda: self._renew([run_id]),
+            self.app.max_payload, self.app.max_step_attempts, self._wake_at,
+            lambda: self._renew([run_id]),
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
         self.running[run_id] = (execution, task)
