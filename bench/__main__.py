@@ -37,4 +37,5 @@ def main() -> None:
     print(json.dumps(result), flush=True)
 
 
-main()
+if __name__ == "__main__":
+    main()
