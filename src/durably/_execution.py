@@ -109,7 +109,8 @@ class Execution:
         self.compensations: list[Compensation] = []
         self.collect_only = bool(row["compensating"]) and row["status"] == "canceled"
         self.step_contexts: set[StepContext] = set()
-        self._changed = asyncio.Event()
+        self._settled: asyncio.Future[None] | None = None
+        self._task_done: Callable[[], bool] = lambda: False
         self._deadline_hit = False
         self.steps = StepApi(self)
 
@@ -134,7 +135,12 @@ class Execution:
         return self._position
 
     def changed(self) -> None:
-        self._changed.set()
+        """Something moved: wake `drive` if the task ended or all that is left waits."""
+        settled = self._settled
+        if settled is None or settled.done():
+            return
+        if self._task_done() or (self.suspensions and self.in_flight == 0):
+            settled.set_result(None)
 
     def encode(self, value: Any, what: str) -> str:
         return encode(value, what, self.max_payload)
@@ -208,23 +214,23 @@ class Execution:
 
     async def drive(self, coro: Coroutine[Any, Any, Any], deadline: datetime | None) -> Outcome:
         """Run `coro` until it returns, raises, or everything left is waiting (then park)."""
-        task = asyncio.create_task(coro)
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(coro)
+        self._settled = loop.create_future()
+        self._task_done = task.done
+        task.add_done_callback(lambda _: self.changed())
         timer = None
         if deadline is not None:
             delay = (deadline - self.now()).total_seconds()
-            timer = asyncio.get_running_loop().call_later(max(delay, 0), self._hit_deadline, task)
+            timer = loop.call_later(max(delay, 0), self._hit_deadline, task)
         try:
-            while not task.done():
-                self._changed.clear()
-                waiter = asyncio.ensure_future(self._changed.wait())
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                if not task.done() and self.suspensions and self.in_flight == 0:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopReplay):
-                        await task
-                    await self._park()
-                    return Outcome(parked=True)
+            await self._settled
+            if not task.done():  # everything left is waiting: park
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopReplay):
+                    await task
+                await self._park()
+                return Outcome(parked=True)
             if self._deadline_hit:
                 return Outcome(error=DeadlineExceeded(f"run passed its deadline {deadline}"))
             exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
