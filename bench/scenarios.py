@@ -16,8 +16,8 @@ from durably import Durably
 SCHEMA = "durably_bench"
 
 
-def make_app(url: str, pool_size: int = 10) -> Durably:
-    app = Durably(url, schema=SCHEMA, pool_size=pool_size)
+def make_app(url: str) -> Durably:
+    app = Durably(url, schema=SCHEMA)
 
     async def noop(i: int) -> int:
         return i
@@ -57,7 +57,7 @@ def stats(xs: list[float]) -> dict[str, float]:
 async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, int] = (0, 0)
                      ) -> dict[str, Any]:  # fmt: skip
     await reset(url)
-    app = make_app(url, pool_size=min(20, max(4, concurrency // 3)))
+    app = make_app(url)
     async with app:
         if any(prefill):
             await _prefill(app, url, *prefill)
@@ -154,8 +154,10 @@ async def idle(url: str, concurrency: int, seconds: float) -> dict[str, Any]:
         await (await app.start("bench", -1)).result(timeout=30)
         await asyncio.sleep(2)  # settle
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            q = ("SELECT xact_commit + xact_rollback FROM pg_stat_database"
-                 " WHERE datname = current_database()")
+            q = (
+                "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+                " WHERE datname = current_database()"
+            )
             await conn.execute("SELECT pg_stat_clear_snapshot()")
             before = (await (await conn.execute(q)).fetchone())[0]  # type: ignore[index]
             await asyncio.sleep(seconds)

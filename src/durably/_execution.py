@@ -33,7 +33,7 @@ from ._errors import (
     describe,
 )
 from ._replay import History
-from ._store import Lease, Store
+from ._store import Lease, PendingStep, Store
 from .backends import Row
 
 if TYPE_CHECKING:
@@ -109,6 +109,8 @@ class Execution:
         self.compensations: list[Compensation] = []
         self.collect_only = bool(row["compensating"]) and row["status"] == "canceled"
         self.step_contexts: set[StepContext] = set()
+        self._pending: list[PendingStep] = []
+        self._flush_lock = asyncio.Lock()
         self._settled: asyncio.Future[None] | None = None
         self._task_done: Callable[[], bool] = lambda: False
         self._deadline_hit = False
@@ -129,6 +131,27 @@ class Execution:
             raise StepLimitExceeded(
                 f"run {self.run_id} reached its limit of {self.max_step_attempts} step attempts"
             )
+
+    def defer_record(self, step: PendingStep) -> None:
+        """Hold a completed step's record until the workflow's next call into the engine.
+
+        Only deterministic workflow code runs in between, so nothing can depend on the
+        record yet; if the workflow returns, the record rides with the run's end.
+        """
+        self._pending.append(step)
+
+    async def flush(self) -> None:
+        """Write the held step records; callers wait until every one of them is durable."""
+        if not self._pending and not self._flush_lock.locked():
+            return
+        async with self._flush_lock:
+            while self._pending:
+                p = self._pending.pop(0)
+                await self.store.record_finish(
+                    self.lease, p.position, p.attempt, p.name, p.kind, "completed",
+                    output_json=p.output_json, compensable=p.compensable,
+                    elapsed_s=p.elapsed_s,
+                )  # fmt: skip
 
     def next_position(self) -> int:
         self._position += 1
@@ -185,8 +208,11 @@ class Execution:
             return
         if outcome.error is None:
             out = self.encode(outcome.value, "the workflow's result")
-            await self.store.finish_run(self.lease, "completed", output_json=out)
+            last = self._pending.pop() if len(self._pending) == 1 else None
+            await self.flush()
+            await self.store.finish_run(self.lease, "completed", output_json=out, last_step=last)
             return
+        await self.flush()
         error = outcome.error
         attempts = self.row["attempts"]
         retryable = not isinstance(
@@ -254,6 +280,7 @@ class Execution:
         task.cancel()
 
     async def _park(self) -> None:
+        await self.flush()
         wakes = [s.wake_at for s in self.suspensions if s.wake_at is not None]
         wake_at = min(wakes) if wakes else None
         status = "pending" if all(s.retry for s in self.suspensions) else "waiting"
@@ -276,6 +303,7 @@ class Execution:
             return
         if outcome.error is not None:
             log.error("run %s: compensation failed: %s", self.run_id, outcome.error)
+        await self.flush()
         await self.store.finish_run(
             self.lease, "canceled", error=decode(self.row["error"]) or {"type": "Canceled"}
         )

@@ -27,6 +27,7 @@ from ._errors import (
 from ._execution import CHILD_NAMESPACE, Compensation, StopReplay
 from ._replay import Recorded
 from ._retry import STEP_DEFAULT, RetryPolicy
+from ._store import PendingStep
 
 if TYPE_CHECKING:
     from ._execution import Execution
@@ -123,6 +124,7 @@ class StepApi:
     ) -> Any:
         x = self._x
         await x.defer_if_parking()
+        await x.flush()
         x.spend_attempt()
         attempt = x.history.next_attempt(pos)
         x.in_flight += 1
@@ -161,10 +163,10 @@ class StepApi:
                 await _settle(start)
                 if records_itself:
                     return result
-                await x.store.record_finish(
-                    x.lease, pos, attempt, name, kind, "completed", output_json=output,
-                    compensable=compensate is not None, elapsed_s=x.clock.monotonic() - began,
-                )  # fmt: skip
+                x.defer_record(PendingStep(
+                    pos, attempt, name, kind, output, compensate is not None,
+                    x.clock.monotonic() - began,
+                ))  # fmt: skip
                 return self._typed(fn, decode(output))
         finally:
             x.in_flight -= 1
@@ -297,6 +299,7 @@ class StepApi:
             wake_at = rec.wake_at
         else:
             await x.defer_if_parking()
+            await x.flush()
             x.spend_attempt()
             wake_at = await x.store.record_start(x.lease, pos, 1, name, "sleep", wait_s=seconds)
             if wake_at is None:
@@ -330,6 +333,7 @@ class StepApi:
                 return decode(row["output"]) if row else None
             await x.suspend(rec.wake_at, f"signal:{signal}")
         await x.defer_if_parking()
+        await x.flush()
         x.spend_attempt()
         wait_s = parse_duration(timeout).total_seconds() if timeout is not None else None
         async with x.store.db.transaction() as tx:
@@ -357,6 +361,7 @@ class StepApi:
         if replayed is not _NOTHING:
             return replayed  # type: ignore[no-any-return]
         await x.defer_if_parking()
+        await x.flush()
         x.spend_attempt()
         data_json = x.encode(data, f"the data of signal {signal!r}")
         async with x.store.db.transaction() as tx:
@@ -391,6 +396,7 @@ class StepApi:
         if rec is not None and rec.waiting and rec.child_run_id:
             return await self._check_child(pos, step, rec)
         await x.defer_if_parking()
+        await x.flush()
         x.spend_attempt()
         child_id = uuid.uuid5(CHILD_NAMESPACE, f"{x.run_id}/{pos}").hex
         new = workflow.new_run(input, parent_run_id=x.run_id, run_id=child_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from ._codec import decode, encode
 from ._errors import (
@@ -49,6 +49,31 @@ class NewRun:
     parent_run_id: str | None = None
     run_id: str | None = None
     trace_context: str | None = None
+
+
+@dataclass(frozen=True)
+class PendingStep:
+    """A completed step whose record has not been written yet."""
+
+    position: int
+    attempt: int
+    name: str
+    kind: str
+    output_json: str
+    compensable: bool
+    elapsed_s: float
+
+    NONE: ClassVar[dict[str, Any]] = {
+        "step_position": None, "step_attempt": None, "step_name": None, "step_kind": None,
+        "step_output": None, "step_compensable": None, "step_elapsed_s": None,
+    }  # fmt: skip
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "step_position": self.position, "step_attempt": self.attempt,
+            "step_name": self.name, "step_kind": self.kind, "step_output": self.output_json,
+            "step_compensable": self.compensable, "step_elapsed_s": self.elapsed_s,
+        }  # fmt: skip
 
 
 class Store:
@@ -361,10 +386,13 @@ class Store:
         status: str,
         output_json: str | None = None,
         error: dict[str, Any] | None = None,
+        last_step: PendingStep | None = None,
     ) -> None:
+        """End the run; `last_step`, a completed step not yet recorded, commits with it."""
+        step = last_step.params() if last_step else PendingStep.NONE
         rows = await self.db.fetch(
             "finish_run", **lease.params(), status=status, output=output_json,
-            error=encode(error, "error") if error else None, channel=self.channel,
+            error=encode(error, "error") if error else None, channel=self.channel, **step,
         )  # fmt: skip
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id}; its end was not recorded")

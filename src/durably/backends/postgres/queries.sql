@@ -181,6 +181,9 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
 -- name: finish_run
+-- The run's last step may ride along (step_* parameters; NULL when there is none): its
+-- record and the run's end commit together, one round trip for both. The step is written
+-- from `done`'s RETURNING, so only if the fenced update of the run happened.
 WITH done AS (
     UPDATE {schema}.runs SET
         status = :status, output = CAST(:output AS jsonb), error = CAST(:error AS jsonb),
@@ -189,6 +192,17 @@ WITH done AS (
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
     RETURNING id, parent_run_id
+), step AS (
+    INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status,
+        compensable, fence, worker_id, output, started_at, finished_at)
+    SELECT done.id, :step_position, :step_attempt, :step_name, :step_kind, 'completed',
+        :step_compensable, :fence, :worker_id, CAST(:step_output AS jsonb),
+        now() - CAST(:step_elapsed_s AS float8) * interval '1 second', now()
+    FROM done WHERE CAST(:step_position AS integer) IS NOT NULL
+    ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+        status = excluded.status, compensable = excluded.compensable,
+        output = excluded.output, finished_at = excluded.finished_at
+    RETURNING id
 ), parent AS (
     UPDATE {schema}.runs p SET
         wake_requested = (p.status = 'running'),
@@ -200,7 +214,8 @@ WITH done AS (
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
 )
-SELECT done.id, (SELECT count(*) FROM notified) AS notified FROM done;
+SELECT done.id, (SELECT count(*) FROM notified) AS notified, (SELECT count(*) FROM step) AS steps
+FROM done;
 
 -- name: cancel_tree
 WITH RECURSIVE tree AS (

@@ -163,6 +163,16 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
 -- name: finish_run
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status,
+    compensable, fence, worker_id, output, started_at, finished_at)
+SELECT :run_id, :step_position, :step_attempt, :step_name, :step_kind, 'completed',
+    :step_compensable, :fence, :worker_id, :step_output, now() - :step_elapsed_s, now()
+WHERE :step_position IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}_runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating))
+ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+    status = excluded.status, compensable = excluded.compensable,
+    output = excluded.output, finished_at = excluded.finished_at;
 UPDATE {schema}_runs SET
     wake_requested = (status = 'running'),
     status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
