@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from . import _telemetry
 from ._clock import Clock
 from ._codec import DEFAULT_MAX_PAYLOAD, encode
 from ._durations import Duration
@@ -150,7 +152,9 @@ class Durably:
 
     async def create_run(self, new: NewRun, connection: Any = None) -> tuple[Run, bool]:
         await self.open()
-        return await self.store.create_run(new, connection)
+        with _telemetry.start_span(new.workflow, new.version) as carrier:
+            new = dataclasses.replace(new, trace_context=_telemetry.encode_carrier(carrier))
+            return await self.store.create_run(new, connection)
 
     async def start(
         self,
@@ -215,11 +219,19 @@ class Durably:
         return await self.store.list_steps(run_id)
 
     async def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        created_after: datetime | None = None,
     ) -> list[Run]:
-        """Runs, newest first, filtered by status and workflow name."""
+        """Runs, newest first, filtered by status, workflow name and creation time."""
         await self.open()
-        return await self.store.list_runs(status=status, workflow=workflow, limit=limit)
+        return await self.store.list_runs(
+            status=status, workflow=workflow, limit=limit, offset=offset,
+            created_after=created_after,
+        )  # fmt: skip
 
     async def list_stuck(self, limit: int = 100) -> list[Run]:
         """Due runs that no live worker runs the (workflow, version) of, and runs that have

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from . import _telemetry
 from ._clock import Clock
 from ._codec import decode, encode
 from ._context import StepContext, WorkflowContext
@@ -186,10 +187,11 @@ class Execution:
     async def execute(self) -> None:
         """Run the claim to its end: park, retry, finish, or give up on a lost lease."""
         try:
-            if self.collect_only:
-                await self._compensate_canceled()
-            else:
-                await self._execute_workflow()
+            with _telemetry.run_span(self.row):
+                if self.collect_only:
+                    await self._compensate_canceled()
+                else:
+                    await self._execute_workflow()
         except LeaseLostError as exc:
             log.warning("run %s: %s", self.run_id, exc)
         except DatabaseUnavailable as exc:
@@ -208,9 +210,7 @@ class Execution:
             return
         if outcome.error is None:
             out = self.encode(outcome.value, "the workflow's result")
-            last = self._pending.pop() if len(self._pending) == 1 else None
-            await self.flush()
-            await self.store.finish_run(self.lease, "completed", output_json=out, last_step=last)
+            await self._finish("completed", output_json=out)
             return
         await self.flush()
         error = outcome.error
@@ -225,7 +225,15 @@ class Execution:
             return
         if (await self.drive(self._compensate(), None)).parked:
             return
-        await self.store.finish_run(self.lease, "failed", error=describe(error))
+        await self._finish("failed", error=describe(error))
+
+    async def _finish(
+        self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None
+    ) -> None:
+        """End the run; a single held step record rides along, more are written first."""
+        last = self._pending.pop() if len(self._pending) == 1 else None
+        await self.flush()
+        await self.store.finish_run(self.lease, status, output_json, error, last_step=last)
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow
@@ -303,10 +311,7 @@ class Execution:
             return
         if outcome.error is not None:
             log.error("run %s: compensation failed: %s", self.run_id, outcome.error)
-        await self.flush()
-        await self.store.finish_run(
-            self.lease, "canceled", error=decode(self.row["error"]) or {"type": "Canceled"}
-        )
+        await self._finish("canceled", error=decode(self.row["error"]) or {"type": "Canceled"})
 
     async def _collect_then_compensate(self) -> None:
         with contextlib.suppress(StopReplay, Exception):

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import _telemetry
 from ._codec import decode, validate
 from ._context import Fence, StepContext
 from ._durations import Duration, parse_duration
@@ -143,7 +144,8 @@ class StepApi:
         began = x.clock.monotonic()
         try:
             try:
-                result = await self._invoke(fn, name, attempt, args, kwargs)
+                with _telemetry.step_span(name, kind, attempt):
+                    result = await self._invoke(fn, name, attempt, args, kwargs)
                 output = x.encode(result, f"the result of step {name!r}")
             except LeaseLostError:
                 await _settle(start)

@@ -142,10 +142,13 @@ class Store:
         workflow: str | None = None,
         limit: int = 100,
         due_before: datetime | None = None,
+        offset: int = 0,
+        created_after: datetime | None = None,
     ) -> list[Run]:
         rows = await self.db.fetch(
-            "list_runs", status=status, workflow=workflow, limit=limit, due_before=due_before
-        )
+            "list_runs", status=status, workflow=workflow, limit=limit, due_before=due_before,
+            offset=offset, created_after=created_after,
+        )  # fmt: skip
         return [Run.from_row(r) for r in rows]
 
     async def list_steps(self, run_id: str) -> list[StepAttempt]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._codec import encode, validate
 from ._durations import Duration, parse_duration, parse_instant
-from ._errors import RunFailedError, WorkflowTimeoutError
+from ._errors import InvalidInput, RunFailedError, WorkflowTimeoutError
 from ._models import Run
 from ._retry import RetryPolicy
 from ._store import NewRun
@@ -64,8 +64,6 @@ class Workflow:
         if self.takes_input:
             value = self.parse_input(input)
         elif input is not None:
-            from ._errors import InvalidInput
-
             raise InvalidInput(f"workflow {self.name!r} takes no input")
         else:
             value = None

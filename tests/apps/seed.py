@@ -187,3 +187,27 @@ async def sleeper(ctx: Any, seconds: float) -> str:
     await ctx.step.sleep("retention", seconds)
     await ctx.step.run("after", ledger)
     return "woke"
+
+
+def saga_do(ctx: StepContext, name: str) -> str:
+    ledger(ctx)
+    return name
+
+
+def saga_undo(ctx: StepContext, name: str) -> None:
+    marker = os.environ.get("KILL_IN_UNDO")
+    if name == "a" and marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), 9)  # the worker dies between two compensations
+    ledger(ctx, f"undo-{name}")
+
+
+def boom() -> None:
+    raise RuntimeError("boom")
+
+
+@app.workflow(name="saga", version="v1")
+async def saga(ctx: Any) -> None:
+    await ctx.step.run("a", saga_do, "a", compensate=saga_undo)
+    await ctx.step.run("b", saga_do, "b", compensate=saga_undo)
+    await ctx.step.run("boom", boom, retry=RetryPolicy(max_attempts=1))

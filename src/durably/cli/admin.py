@@ -15,6 +15,7 @@ def register(app: typer.Typer) -> None:
     app.command()(migrate)
     app.command()(tables)
     app.command()(worker)
+    app.command()(dashboard)
 
 
 def migrate(ctx: typer.Context, json_out: bool = typer.Option(False, "--json")) -> None:
@@ -84,3 +85,24 @@ def worker(
             await durably.close()
 
     run(go())
+
+
+def dashboard(
+    ctx: typer.Context,
+    host: str = typer.Option("127.0.0.1", "--host", help="address to bind (default loopback)"),
+    port: int = typer.Option(8080, "--port"),
+    token: str | None = typer.Option(None, "--token", envvar="DURABLY_DASHBOARD_TOKEN",
+                                     help="needed for actions; default: a new one, printed"),
+) -> None:  # fmt: skip
+    """Serve the web dashboard (runs, steps, cancel/signal/start, /metrics)."""
+    from ..dashboard import Dashboard
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    board = Dashboard(options(ctx).load(), token)
+    typer.echo(f"durably dashboard on http://{host}:{port}/  (token: {board.auth.token})")
+    try:
+        board.serve(host, port)
+    except OSError as exc:
+        fail(f"cannot serve on {host}:{port}: {exc.strerror}", 1)
+    except KeyboardInterrupt:
+        pass

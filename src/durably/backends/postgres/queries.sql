@@ -34,8 +34,9 @@ WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:workflow AS text) IS NULL OR workflow = :workflow)
   AND (CAST(:due_before AS timestamptz) IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
+  AND (CAST(:created_after AS timestamptz) IS NULL OR created_at >= :created_after)
 ORDER BY created_at DESC, id
-LIMIT :limit;
+LIMIT :limit OFFSET :offset;
 
 -- name: list_due
 SELECT * FROM {schema}.runs
@@ -337,3 +338,17 @@ WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
                         AND w.workflows @> jsonb_build_array(jsonb_build_array(r.workflow, r.version))))
 ORDER BY r.available_at
 LIMIT :limit;
+
+-- name: metrics
+SELECT 'runs' AS metric, status AS label, count(*)::float8 AS value
+FROM {schema}.runs GROUP BY status
+UNION ALL
+SELECT 'steps', status, count(*)::float8 FROM {schema}.step_attempts GROUP BY status
+UNION ALL
+SELECT 'due', '', count(*)::float8 FROM {schema}.runs
+WHERE available_at <= now() AND status IN ('pending', 'waiting')
+UNION ALL
+SELECT 'claim_latency_avg', '', COALESCE(avg(EXTRACT(EPOCH FROM started_at - created_at)), 0)
+FROM {schema}.runs WHERE started_at > now() - interval '5 minutes'
+UNION ALL
+SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers;

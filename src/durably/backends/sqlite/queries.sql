@@ -30,8 +30,9 @@ WHERE (:status IS NULL OR status = :status)
   AND (:workflow IS NULL OR workflow = :workflow)
   AND (:due_before IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
+  AND (:created_after IS NULL OR created_at >= :created_after)
 ORDER BY created_at DESC, id
-LIMIT :limit;
+LIMIT :limit OFFSET :offset;
 
 -- name: list_due
 SELECT * FROM {schema}_runs
@@ -296,3 +297,17 @@ WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
                         AND json_extract(j.value, '$[1]') = r.version))
 ORDER BY r.available_at
 LIMIT :limit;
+
+-- name: metrics
+SELECT 'runs' AS metric, status AS label, CAST(count(*) AS REAL) AS value
+FROM {schema}_runs GROUP BY status
+UNION ALL
+SELECT 'steps', status, count(*) FROM {schema}_step_attempts GROUP BY status
+UNION ALL
+SELECT 'due', '', count(*) FROM {schema}_runs
+WHERE available_at <= now() AND status IN ('pending', 'waiting')
+UNION ALL
+SELECT 'claim_latency_avg', '', coalesce(avg(started_at - created_at), 0)
+FROM {schema}_runs WHERE started_at > now() - 300
+UNION ALL
+SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers;

@@ -1,0 +1,74 @@
+"""OpenTelemetry spans for starts, run executions and steps, when `opentelemetry-api` is
+installed (`pip install durably[otel]`); without it, every function here is a no-op.
+
+The trace context of `start()` is stored with the run, so the worker's execution span
+continues the trace that started the run, across processes and restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+try:
+    from opentelemetry import propagate, trace
+except ImportError:  # the optional extra is not installed
+    trace = None  # type: ignore[assignment]
+    propagate = None  # type: ignore[assignment]
+
+ENABLED = trace is not None
+
+
+def _tracer() -> Any:
+    return trace.get_tracer("durably")
+
+
+@contextlib.contextmanager
+def start_span(workflow: str, version: str) -> Iterator[dict[str, str]]:
+    """A span around starting a run; yields the carrier to store with the run."""
+    carrier: dict[str, str] = {}
+    if not ENABLED:
+        yield carrier
+        return
+    attributes = {"durably.workflow": workflow, "durably.version": version}
+    with _tracer().start_as_current_span(f"durably.start {workflow}", attributes=attributes,
+                                         kind=trace.SpanKind.PRODUCER):  # fmt: skip
+        propagate.inject(carrier)
+        yield carrier
+
+
+def encode_carrier(carrier: dict[str, str]) -> str | None:
+    return json.dumps(carrier) if carrier else None
+
+
+@contextlib.contextmanager
+def run_span(row: dict[str, Any]) -> Iterator[None]:
+    """A span around one execution (claim) of a run, child of its start's span."""
+    if not ENABLED:
+        yield
+        return
+    stored = row.get("trace_context")
+    parent = propagate.extract(json.loads(stored)) if stored else None
+    attributes = {"durably.run_id": row["id"], "durably.workflow": row["workflow"],
+                  "durably.version": row["version"], "durably.fence": row["fence"],
+                  "durably.attempt": row["attempts"]}  # fmt: skip
+    with _tracer().start_as_current_span(
+        f"durably.run {row['workflow']}",
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        attributes=attributes,
+    ):
+        yield  # fmt: skip
+
+
+@contextlib.contextmanager
+def step_span(name: str, kind: str, attempt: int) -> Iterator[None]:
+    """A span around one step attempt's execution (not its replay)."""
+    if not ENABLED:
+        yield
+        return
+    attributes = {"durably.step": name, "durably.kind": kind, "durably.attempt": attempt}
+    with _tracer().start_as_current_span(f"durably.step {name}", attributes=attributes):
+        yield

@@ -1,0 +1,43 @@
+"""The dashboard's token: a session cookie set by logging in, and a CSRF field derived
+from it that only pages served by the dashboard itself carry."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from http.cookies import SimpleCookie
+
+COOKIE = "durably_token"
+
+
+class Auth:
+    """Checks that a state-changing request comes from a logged-in page of ours."""
+
+    def __init__(self, token: str | None) -> None:
+        self.token = token or secrets.token_urlsafe(24)
+
+    def csrf(self) -> str:
+        return hmac.new(self.token.encode(), b"durably-csrf", hashlib.sha256).hexdigest()
+
+    def cookie_header(self) -> str:
+        return f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
+
+    def logged_in(self, cookie_header: str | None) -> bool:
+        if not cookie_header:
+            return False
+        cookie = SimpleCookie()
+        cookie.load(cookie_header)
+        morsel = cookie.get(COOKIE)
+        return morsel is not None and hmac.compare_digest(morsel.value, self.token)
+
+    def allows(self, cookie_header: str | None, form: dict[str, str], origin: str | None,
+               host: str | None) -> str | None:  # fmt: skip
+        """None if the action may proceed, else why not."""
+        if origin and host and origin.split("://", 1)[-1] != host:
+            return "the request came from another site"
+        if not self.logged_in(cookie_header):
+            return "this action needs the dashboard token: log in first"
+        if not hmac.compare_digest(form.get("csrf", ""), self.csrf()):
+            return "the form is stale or forged; reload the page"
+        return None

@@ -1,0 +1,151 @@
+"""HTML of the dashboard's pages: small templates, every value escaped."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+from .._models import Run, StepAttempt
+
+STATUSES = ("pending", "running", "waiting", "completed", "failed", "canceled")
+_CSS = """
+body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;width:100%}td,th{padding:4px 8px;border-bottom:1px solid #ddd;
+text-align:left;vertical-align:top}a{color:#0645ad}.s-completed{color:#18794e}
+.s-failed{color:#c62828}.s-canceled{color:#8e24aa}.s-running{color:#0277bd}
+.s-waiting{color:#3949ab}.s-pending{color:#b26a00}.s-abandoned{color:#777}
+.bar{height:10px;background:#90caf9;position:relative}.lane{background:#f3f3f3;width:300px}
+.error{background:#fdecea;padding:8px;border:1px solid #c62828}.notice{background:#e8f5e9;
+padding:8px}form.inline{display:inline}pre{background:#f7f7f7;padding:6px;margin:0;
+max-width:600px;overflow:auto}fieldset{margin:1em 0}
+"""
+
+
+def page(title: str, body: str, message: str = "", error: str = "") -> str:
+    flash = ""
+    if error:
+        flash = f'<p class="error" role="alert">{escape(error)}</p>'
+    elif message:
+        flash = f'<p class="notice" role="status">{escape(message)}</p>'
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body><p><a href='/'>durably</a> · "
+            f"<a href='/login'>log in</a> · <a href='/metrics'>metrics</a></p>"
+            f"<h1>{escape(title)}</h1>{flash}{body}</body></html>")  # fmt: skip
+
+
+def _status(status: str) -> str:
+    return f'<span class="s-{escape(status)}">{escape(status)}</span>'
+
+
+def _json(value: Any) -> str:
+    return f"<pre>{escape(json.dumps(value, indent=1, default=str))}</pre>"
+
+
+def _when(value: Any) -> str:
+    return escape(value.strftime("%Y-%m-%d %H:%M:%S")) if value else "-"
+
+
+def run_list(runs: list[Run], filters: dict[str, str], offset: int, limit: int,
+             workflows: list[str], csrf: str) -> str:  # fmt: skip
+    options = "".join(
+        f"<option {'selected' if filters.get('status') == s else ''}>{s}</option>" for s in STATUSES
+    )
+    form = (
+        "<form method='get' action='/' id='filters'>"
+        f"<label>status <select name='status'><option value=''>any</option>{options}</select>"
+        f"</label> <label>workflow <input name='workflow' "
+        f"value='{escape(filters.get('workflow', ''))}'></label> "
+        f"<label>created in the last <input name='since' size='6' placeholder='1h' "
+        f"value='{escape(filters.get('since', ''))}'></label> "
+        "<button type='submit'>filter</button></form>"
+    )
+    rows = "".join(
+        f"<tr><td><a href='/runs/{escape(r.run_id)}'>{escape(r.run_id)}</a></td>"
+        f"<td>{escape(r.workflow)}@{escape(r.version)}</td><td>{_status(r.status)}</td>"
+        f"<td>{r.attempts}</td><td>{_when(r.created_at)}</td><td>{_when(r.finished_at)}</td>"
+        f"<td>{escape(r.waiting_for or '')}</td></tr>"
+        for r in runs
+    )
+    table = ("<table id='runs'><tr><th>run</th><th>workflow</th><th>status</th><th>attempts"
+             "</th><th>created</th><th>finished</th><th>waiting for</th></tr>"
+             f"{rows}</table>")  # fmt: skip
+    nav = []
+    if offset > 0:
+        nav.append(f"<a href='/?{urlencode({**filters, 'offset': max(0, offset - limit)})}'>"
+                   "newer</a>")  # fmt: skip
+    if len(runs) == limit:
+        nav.append(f"<a href='/?{urlencode({**filters, 'offset': offset + limit})}'>older</a>")
+    return form + table + "<p>" + " · ".join(nav) + "</p>" + actions(workflows, csrf)
+
+
+def actions(workflows: list[str], csrf: str) -> str:
+    choices = "".join(f"<option>{escape(w)}</option>" for w in workflows)
+    start = (
+        "<fieldset><legend>start a run</legend><form method='post' action='/start' id='start'>"
+        f"<input type='hidden' name='csrf' value='{csrf}'>"
+        f"<label>workflow <select name='workflow'>{choices}</select></label> "
+        "<label>input (JSON) <input name='input' size='40' value='null'></label> "
+        "<label>idempotency key <input name='idempotency_key'></label> "
+        "<button type='submit'>start</button></form></fieldset>"
+        if workflows
+        else "<p>Starting runs needs the workflows: run the dashboard with --app.</p>"
+    )
+    signal = (
+        "<fieldset><legend>send a signal</legend><form method='post' action='/signal' "
+        f"id='signal'><input type='hidden' name='csrf' value='{csrf}'>"
+        "<label>name <input name='name'></label> <label>data (JSON) <input name='data' "
+        "value='null'></label> <label>run id (optional) <input name='run_id'></label> "
+        "<button type='submit'>send</button></form></fieldset>"
+    )
+    return start + signal
+
+
+def run_detail(run: Run, steps: list[StepAttempt], csrf: str) -> str:
+    facts = [("status", _status(run.status)), ("workflow", escape(f"{run.workflow}@{run.version}")),
+             ("attempts", str(run.attempts)), ("fence", str(run.fence)),
+             ("worker", escape(run.worker_id or "-")), ("created", _when(run.created_at)),
+             ("finished", _when(run.finished_at)), ("waiting for", escape(run.waiting_for or "-")),
+             ("input", _json(run.input)), ("output", _json(run.output)),
+             ("error", _json(run.error) if run.error else "-")]  # fmt: skip
+    table = "<table id='run'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>"
+                                         for k, v in facts) + "</table>"  # fmt: skip
+    cancel = "" if run.terminal else (
+        f"<form method='post' action='/runs/{escape(run.run_id)}/cancel' class='inline' "
+        f"id='cancel'><input type='hidden' name='csrf' value='{csrf}'>"
+        "<button type='submit'>cancel this run</button></form>"
+    )  # fmt: skip
+    return table + cancel + "<h2>steps</h2>" + timeline(run, steps)
+
+
+def timeline(run: Run, steps: list[StepAttempt]) -> str:
+    if not steps:
+        return "<p>no steps yet</p>"
+    start = min([s.started_at for s in steps] + [run.created_at])
+    end = max([s.finished_at or s.started_at for s in steps] + [run.finished_at or start])
+    span = max((end - start).total_seconds(), 1e-6)
+    rows = []
+    for s in steps:
+        left = (s.started_at - start).total_seconds() / span * 100
+        done = s.finished_at or s.started_at
+        width = max(0.5, (done - s.started_at).total_seconds() / span * 100)
+        took = f"{(done - s.started_at).total_seconds():.3f}s" if s.finished_at else "…"
+        result = _json(s.error) if s.error else _json(s.output)
+        rows.append(
+            f"<tr><td>{escape(s.step)}</td><td>{escape(s.kind)}</td><td>{s.attempt}</td>"
+            f"<td>{_status(s.status)}</td><td class='lane'><div class='bar' "
+            f"style='left:{left:.1f}%;width:{min(width, 100 - left):.1f}%'></div></td>"
+            f"<td>{took}</td><td>{escape(s.worker_id or '')}</td><td>{result}</td></tr>"
+        )
+    return ("<table id='steps'><tr><th>step</th><th>kind</th><th>attempt</th><th>status</th>"
+            "<th>timeline</th><th>took</th><th>worker</th><th>output / error</th></tr>"
+            + "".join(rows) + "</table>")  # fmt: skip
+
+
+def login(error: str = "") -> str:
+    form = ("<form method='post' action='/login' id='login'><label>token <input "
+            "type='password' name='token'></label> <button type='submit'>log in</button></form>"
+            "<p>The token was printed when the dashboard started "
+            "(or set with DURABLY_DASHBOARD_TOKEN).</p>")  # fmt: skip
+    return page("log in", form, error=error)

@@ -1,0 +1,202 @@
+"""The dashboard's HTTP server: routing, forms, errors shown on the page."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .._app import Durably
+from .._durations import parse_duration
+from .._errors import DurablyError
+from . import _metrics, _pages
+from ._auth import Auth
+
+log = logging.getLogger("durably.dashboard")
+PAGE = 50
+
+
+class DashboardError(Exception):
+    """A request that cannot be served as asked; its message is shown on the page."""
+
+
+class Dashboard:
+    """Serves the dashboard for `app` (queries go through `app.sync`).
+
+    Example:
+        `Dashboard(app, token="s3cret").serve("127.0.0.1", 8080)`
+    """
+
+    def __init__(self, app: Durably, token: str | None = None) -> None:
+        self.app = app
+        self.client = app.sync
+        self.auth = Auth(token)
+
+    def server(self, host: str = "127.0.0.1", port: int = 8080) -> ThreadingHTTPServer:
+        dashboard = self
+
+        class Handler(_Handler):
+            owner = dashboard
+
+        httpd = ThreadingHTTPServer((host, port), Handler)
+        httpd.daemon_threads = True
+        return httpd
+
+    def serve(self, host: str = "127.0.0.1", port: int = 8080) -> None:
+        """Serve until interrupted."""
+        with self.server(host, port) as httpd:
+            httpd.serve_forever()
+
+    def serve_in_background(self, host: str, port: int) -> ThreadingHTTPServer:
+        httpd = self.server(host, port)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        return httpd
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: Dashboard
+    server_version = "durably"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.info("%s %s", self.address_string(), format % args)
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _send(self, status: int, body: str, ctype: str = "text/html; charset=utf-8",
+              headers: dict[str, str] | None = None) -> None:  # fmt: skip
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Frame-Options", "DENY")
+        self.send_header("Content-Security-Policy", "default-src 'self'; style-src 'unsafe-inline'")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _redirect(self, location: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(303)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+
+    def _form(self) -> dict[str, str]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > 1024 * 1024:
+            raise DashboardError("the form is too large")
+        raw = self.rfile.read(length).decode(errors="replace")
+        return {k: v[0] for k, v in parse_qs(raw, keep_blank_values=True).items()}
+
+    def _guarded(self, action: Any) -> None:
+        try:
+            action()
+        except (DashboardError, DurablyError) as exc:
+            self._send(400, _pages.page("error", "", error=str(exc)))
+        except Exception:
+            log.exception("dashboard request failed")
+            self._send(500, _pages.page("error", "", error="internal error; see the server log"))
+
+    # ---------------------------------------------------------------- routes
+
+    def do_GET(self) -> None:
+        self._guarded(self._get)
+
+    def do_POST(self) -> None:
+        self._guarded(self._post)
+
+    def _get(self) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        if url.path == "/":
+            self._list(query)
+        elif m := re.fullmatch(r"/runs/([0-9A-Za-z_-]+)", url.path):
+            self._detail(m.group(1), query)
+        elif url.path == "/login":
+            self._send(200, _pages.login())
+        elif url.path == "/metrics":
+            body = _metrics.render(self.owner.client.run(_metrics.collect(self.owner.app)))
+            self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self._send(404, _pages.page("not found", "", error=f"no page {url.path}"))
+
+    def _list(self, query: dict[str, str]) -> None:
+        status = query.get("status") or None
+        if status is not None and status not in _pages.STATUSES:
+            raise DashboardError(f"unknown status {status!r}")
+        since = None
+        if query.get("since"):
+            since = datetime.now(UTC) - parse_duration(query["since"])
+        try:
+            offset = max(0, int(query.get("offset", "0")))
+        except ValueError:
+            raise DashboardError("offset must be a number") from None
+        runs = self.owner.client.list_runs(
+            status=status,
+            workflow=query.get("workflow") or None,
+            limit=PAGE,
+            offset=offset,
+            created_after=since,
+        )
+        filters = {k: query[k] for k in ("status", "workflow", "since") if query.get(k)}
+        workflows = sorted({name for name, _ in self.owner.app.workflows})
+        body = _pages.run_list(runs, filters, offset, PAGE, workflows, self.owner.auth.csrf())
+        self._send(200, _pages.page("runs", body, message=query.get("message", ""),
+                                    error=query.get("error", "")))  # fmt: skip
+
+    def _detail(self, run_id: str, query: dict[str, str]) -> None:
+        run = self.owner.client.get_run(run_id)
+        steps = self.owner.client.list_steps(run_id)
+        body = _pages.run_detail(run, steps, self.owner.auth.csrf())
+        self._send(200, _pages.page(f"run {run_id}", body, message=query.get("message", "")))
+
+    def _post(self) -> None:
+        url = urlsplit(self.path)
+        form = self._form()
+        if url.path == "/login":
+            if form.get("token") != self.owner.auth.token:
+                self._send(403, _pages.login(error="wrong token"))
+                return
+            self._redirect("/?message=logged+in", {"Set-Cookie": self.owner.auth.cookie_header()})
+            return
+        headers = self.headers
+        why = self.owner.auth.allows(
+            headers.get("Cookie"), form, headers.get("Origin"), headers.get("Host")
+        )
+        if why is not None:
+            self._send(403, _pages.page("refused", "", error=why))
+            return
+        client = self.owner.client
+        if m := re.fullmatch(r"/runs/([0-9A-Za-z_-]+)/cancel", url.path):
+            run = client.cancel(m.group(1))
+            self._redirect(f"/runs/{run.run_id}?message=canceled")
+        elif url.path == "/start":
+            data = _json_field(form, "input")
+            handle = client.start(form.get("workflow", ""), data,
+                                  idempotency_key=form.get("idempotency_key") or None)  # fmt: skip
+            self._redirect(f"/runs/{handle.run_id}?message=started")
+        elif url.path == "/signal":
+            result = client.send_signal(form.get("name", ""), _json_field(form, "data"),
+                                        run_id=form.get("run_id") or None)  # fmt: skip
+            if not form.get("name"):
+                raise DashboardError("a signal needs a name")
+            self._redirect(
+                f"/?message=signal+{'delivered' if result['delivered_to'] else 'buffered'}"
+            )
+        else:
+            self._send(404, _pages.page("not found", "", error=f"no action {url.path}"))
+
+
+def _json_field(form: dict[str, str], name: str) -> Any:
+    text = form.get(name, "").strip() or "null"
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DashboardError(f"{name} is not valid JSON: {exc.msg}") from None

@@ -1,0 +1,66 @@
+"""Worker processes: SIGTERM drains and releases at once; a worker killed while
+compensating leaves the rest to another, each compensation running once."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from durably import Durably
+from tests.acceptance.conftest import ROOT, Procs
+from tests.apps import seed
+from tests.helpers import eventually_sync
+
+
+def _events(url: str, run_id: str) -> list[tuple[str, str, str]]:
+    return [(s, w, e) for rid, s, w, e, _ in seed.read_ledger(url) if rid == run_id]
+
+
+def test_sigterm_releases_held_runs_at_once(procs: Procs) -> None:
+    client = seed.app.rebind(procs.url).sync
+    a = procs.worker("A", "--grace", "0.5s", "--lease", "60s")
+    run_id = client.start("slow", "async").run_id
+    eventually_sync(lambda: ("long", "A", "start") in _events(procs.url, run_id), timeout=20,
+                    what="A to start the long step")  # fmt: skip
+    procs.worker("B", "--lease", "60s")
+    released = time.monotonic()
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(timeout=15) == 0
+    eventually_sync(lambda: ("long", "B", "start") in _events(procs.url, run_id), timeout=20,
+                    what="B to take the released run")  # fmt: skip
+    assert time.monotonic() - released < 15  # not after the 60 s lease
+    client.cancel(run_id)
+    client.close()
+
+
+def test_worker_killed_while_compensating(procs: Procs, tmp_path: Path) -> None:
+    client = seed.app.rebind(procs.url).sync
+    marker = tmp_path / "killed"
+    a = procs.worker("A", "--lease", "1s", "--heartbeat", "0.3s", KILL_IN_UNDO=str(marker))
+    run_id = client.start("saga").run_id
+    eventually_sync(lambda: a.poll() is not None, timeout=30, what="A to die compensating")
+    assert marker.exists()
+    procs.worker("B", "--lease", "1s", "--heartbeat", "0.3s")
+    run = client.wait(run_id, timeout=30)
+    assert run.status == "failed" and "boom" in run.error["message"]
+    undos = [(e, w) for _, w, e in _events(procs.url, run_id) if e.startswith("undo")]
+    assert undos == [("undo-b", "A"), ("undo-a", "B")]
+    names = [s.step for s in client.list_steps(run_id) if s.status == "completed"]
+    assert names.count("compensate:b") == 1 and names.count("compensate:a") == 1
+    client.close()
+
+
+def test_acquire_demo_runs_on_a_fresh_directory(tmp_path: Path) -> None:
+    env = {k: v for k, v in __import__("os").environ.items() if k != "DURABLY_DATABASE_URL"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-m", "acquire.cli", "demo", "--size-mb", "2",
+                           "--workdir", str(tmp_path / "work")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "identical to the source" in done.stdout and "1 library row" in done.stdout
+    assert (tmp_path / "durably.db").exists()  # the embedded SQLite default
+    runs = Durably(f"sqlite:///{tmp_path}/durably.db").sync.list_runs()
+    assert [r.status for r in runs] == ["completed"]

@@ -1,0 +1,130 @@
+"""The dashboard in a real headless Chromium (Debian's), and /metrics; on both backends."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from durably import Durably
+from durably.dashboard import Dashboard
+from tests.pgcluster import free_port
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("CI"),
+    reason="Debian's chromium is not installed (apt-get install chromium)",
+)
+
+
+def make_app(url: str) -> Durably:
+    app = Durably(url)
+
+    @app.workflow(name="greet", version="v1")
+    async def greet(ctx: Any, name: str) -> str:
+        await ctx.step.wait_for_signal(f"go:{name}")
+        return f"hello {name}"
+
+    return app
+
+
+@pytest.fixture
+def board(db_url: str) -> Iterator[tuple[str, Durably, str]]:
+    app = make_app(db_url)
+    dash = Dashboard(app, token="t0ken")
+    port = free_port()
+    httpd = dash.serve_in_background("127.0.0.1", port)
+    try:
+        yield f"http://127.0.0.1:{port}", app, "t0ken"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        app.sync.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])  # fmt: skip
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def test_list_filter_open_cancel_start_and_refuse(board: Any, browser: Any) -> None:
+    base, app, token = board
+    runs = [app.sync.start("greet", n).run_id for n in ("ann", "bob")]
+    app.sync.cancel(runs[1])
+
+    page = browser.new_page()
+    page.goto(base + "/")
+    assert page.locator("#runs tr").count() == 3  # header + two runs
+    page.select_option("select[name=status]", "canceled")
+    page.click("#filters button")
+    assert page.locator("#runs tr").count() == 2 and runs[1] in page.inner_text("#runs")
+
+    # Without the token, an action is refused and nothing changes.
+    page.goto(f"{base}/runs/{runs[0]}")
+    page.click("#cancel button")
+    assert "needs the dashboard token" in page.inner_text("[role=alert]")
+    assert app.sync.get_run(runs[0]).status == "pending"
+
+    page.goto(base + "/login")
+    page.fill("input[name=token]", token)
+    page.click("#login button")
+    assert "logged in" in page.inner_text("[role=status]")
+
+    page.goto(f"{base}/runs/{runs[0]}")
+    assert "ann" in page.inner_text("#run")
+    page.click("#cancel button")
+    assert "canceled" in page.inner_text("#run")
+    assert app.sync.get_run(runs[0]).status == "canceled"
+
+    page.goto(base + "/")
+    page.fill("#start input[name=input]", '"cyd"')
+    page.click("#start button")
+    assert "started" in page.inner_text("[role=status]")
+    started = page.url.rsplit("/", 1)[-1].split("?")[0]
+    assert app.sync.get_run(started).input == "cyd"
+
+    page.goto(base + "/")
+    page.fill("#start input[name=input]", "{not json")
+    page.click("#start button")
+    assert "not valid JSON" in page.inner_text("[role=alert]")
+
+    page.goto(base + "/")
+    page.fill("#signal input[name=name]", "go:cyd")
+    page.click("#signal button")
+    assert "signal buffered" in page.inner_text("[role=status]")
+
+
+def test_forged_form_is_refused(board: Any) -> None:
+    base, app, _ = board
+    run_id = app.sync.start("greet", "dan").run_id
+    request = urllib.request.Request(f"{base}/runs/{run_id}/cancel", data=b"csrf=guess",
+                                     method="POST")  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request)
+    assert err.value.code == 403
+    err.value.close()
+    assert app.sync.get_run(run_id).status == "pending"
+
+
+def test_metrics(board: Any) -> None:
+    base, app, _ = board
+    app.sync.start("greet", "eve")
+    with urllib.request.urlopen(base + "/metrics") as resp:
+        text = resp.read().decode()
+    assert 'durably_runs{status="pending"} 1.0' in text
+    assert "durably_queue_depth 1.0" in text
+    assert "# TYPE durably_step_attempts gauge" in text
