@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -36,3 +39,17 @@ def eventually_sync(
             return last
         time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def stop_processes(procs: list[subprocess.Popen[Any]]) -> None:
+    """SIGTERM (after SIGCONT, in case a test froze one) and wait; SIGKILL the stubborn."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

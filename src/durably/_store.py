@@ -188,11 +188,7 @@ class Store:
                     "duplicate": True,
                 }
         if run_id is not None:
-            target = await tx.fetch("get_run_for_share", run_id=run_id)
-            if not target:
-                raise RunNotFound(f"no run with id {run_id!r}")
-            if target[0]["status"] in ("completed", "failed", "canceled"):
-                raise RunTerminalError(run_id, target[0]["status"], "signal")
+            await self._live_run(tx, run_id, "signal")
         rows = await tx.fetch(
             "deliver_signal", namespace=self.namespace, name=name, data=data_json,
             run_id=run_id, channel=self.channel, token=uuid.uuid4().hex,
@@ -205,13 +201,17 @@ class Store:
         )  # fmt: skip
         return {"delivered_to": delivered, "buffered": not delivered, "duplicate": False}
 
+    async def _live_run(self, tx: Tx, run_id: str, action: str) -> None:
+        """Lock the run against a concurrent end until `tx` ends; refuse a finished one."""
+        rows = await tx.fetch("get_run_for_share", run_id=run_id)
+        if not rows:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        if rows[0]["status"] in ("completed", "failed", "canceled"):
+            raise RunTerminalError(run_id, rows[0]["status"], action)
+
     async def cancel(self, run_id: str, error: dict[str, Any]) -> Run:
         async with self.db.transaction() as tx:
-            rows = await tx.fetch("get_run_for_share", run_id=run_id)
-            if not rows:
-                raise RunNotFound(f"no run with id {run_id!r}")
-            if rows[0]["status"] in ("completed", "failed", "canceled"):
-                raise RunTerminalError(run_id, rows[0]["status"], "cancel")
+            await self._live_run(tx, run_id, "cancel")
             canceled = await tx.fetch(
                 "cancel_tree", run_id=run_id, error=encode(error, "error"),
                 channel=self.channel, token=uuid.uuid4().hex,

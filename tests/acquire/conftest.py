@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import stop_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,16 +61,7 @@ class Acquire:
         return found[0]
 
     def stop_all(self) -> None:
-        for proc in self.workers:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGCONT)
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.workers:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_processes(self.workers)
 
 
 @pytest.fixture

@@ -77,10 +77,19 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; DurablyErrors become one line and an exit code."""
+def run(coro: Coroutine[Any, Any, T], app: Durably | None = None) -> T:
+    """Run a command's coroutine (then close `app`); DurablyErrors become one line and an
+    exit code."""
+
+    async def main() -> T:
+        try:
+            return await coro
+        finally:
+            if app is not None:
+                await app.close()
+
     try:
-        return asyncio.run(coro)
+        return asyncio.run(main())
     except DurablyError as exc:
         fail(str(exc), 2 if isinstance(exc, INPUT_ERRORS) else 1)
     except KeyboardInterrupt:

@@ -23,12 +23,9 @@ def migrate(ctx: typer.Context, json_out: bool = typer.Option(False, "--json")) 
     durably = options(ctx).load()
 
     async def go() -> list[str]:
-        try:
-            return await durably.migrate()
-        finally:
-            await durably.close()
+        return await durably.migrate()
 
-    applied = run(go())
+    applied = run(go(), durably)
     if json_out:
         print_json({"applied": applied})
     else:
@@ -40,14 +37,11 @@ def tables(ctx: typer.Context, json_out: bool = typer.Option(False, "--json")) -
     durably = options(ctx).load()
 
     async def go() -> list[str]:
-        try:
-            await durably.open()
-            rows = await durably.store.db.fetch("list_tables", schema=durably.connector.schema)
-            return [r["name"] for r in rows]
-        finally:
-            await durably.close()
+        await durably.open()
+        rows = await durably.store.db.fetch("list_tables", schema=durably.connector.schema)
+        return [r["name"] for r in rows]
 
-    names = run(go())
+    names = run(go(), durably)
     if json_out:
         print_json(names)
     else:
@@ -79,12 +73,9 @@ def worker(
     w = durably.worker(concurrency, lease, heartbeat, worker_id, poll, grace)
 
     async def go() -> None:
-        try:
-            await w.run()
-        finally:
-            await durably.close()
+        await w.run()
 
-    run(go())
+    run(go(), durably)
 
 
 def dashboard(

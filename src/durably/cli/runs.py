@@ -47,18 +47,15 @@ def start(
     durably = options(ctx).load(need_app=True)
 
     async def go() -> Any:
-        try:
-            handle = await durably.start(
-                workflow, data, version=version, idempotency_key=idempotency_key,
-                available_at=when, deadline_at=deadline,
-            )  # fmt: skip
-            if wait:
-                return await handle.wait()
-            return handle.run or await handle.get()
-        finally:
-            await durably.close()
+        handle = await durably.start(
+            workflow, data, version=version, idempotency_key=idempotency_key,
+            available_at=when, deadline_at=deadline,
+        )  # fmt: skip
+        if wait:
+            return await handle.wait()
+        return handle.run or await handle.get()
 
-    r = run(go())
+    r = run(go(), durably)
     doc = {"run_id": r.run_id, "status": r.status, "version": r.version}
     if wait:
         doc.update(output=r.output, error=r.error)
@@ -83,14 +80,11 @@ def signal(
     durably = options(ctx).load()
 
     async def go() -> dict[str, Any]:
-        try:
-            return await durably.send_signal(
-                name, data, idempotency_key=idempotency_key, run_id=run_id
-            )
-        finally:
-            await durably.close()
+        return await durably.send_signal(
+            name, data, idempotency_key=idempotency_key, run_id=run_id
+        )
 
-    result = run(go())
+    result = run(go(), durably)
     if json_out:
         print_json(result)
     elif result["duplicate"]:
@@ -110,12 +104,9 @@ def cancel(
     durably = options(ctx).load()
 
     async def go() -> Any:
-        try:
-            return await durably.cancel(run_id)
-        finally:
-            await durably.close()
+        return await durably.cancel(run_id)
 
-    r = run(go())
+    r = run(go(), durably)
     if json_out:
         print_json(r.to_dict())
     else:
@@ -137,16 +128,13 @@ def list_runs(
     durably = options(ctx).load()
 
     async def go() -> Any:
-        try:
-            if stuck:
-                found = await durably.list_stuck(limit)
-                return [r for r in found if (status is None or r.status == status)
-                        and (workflow is None or r.workflow == workflow)]  # fmt: skip
-            return await durably.list_runs(status=status, workflow=workflow, limit=limit)
-        finally:
-            await durably.close()
+        if stuck:
+            found = await durably.list_stuck(limit)
+            return [r for r in found if (status is None or r.status == status)
+                    and (workflow is None or r.workflow == workflow)]  # fmt: skip
+        return await durably.list_runs(status=status, workflow=workflow, limit=limit)
 
-    found = run(go())
+    found = run(go(), durably)
     if json_out:
         print_json([r.to_dict() for r in found])
     else:
@@ -162,12 +150,9 @@ def show(
     durably = options(ctx).load()
 
     async def go() -> Any:
-        try:
-            return await durably.get_run(run_id), await durably.list_steps(run_id)
-        finally:
-            await durably.close()
+        return await durably.get_run(run_id), await durably.list_steps(run_id)
 
-    r, steps = run(go())
+    r, steps = run(go(), durably)
     if json_out:
         print_json({"run": r.to_dict(), "steps": [s.to_dict() for s in steps]})
     else:
