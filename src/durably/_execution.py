@@ -33,6 +33,7 @@ from ._errors import (
     StepLimitExceeded,
     describe,
 )
+from ._recorder import StepRecorder
 from ._replay import History
 from ._store import Lease, PendingStep, Store
 from .backends import Row
@@ -86,6 +87,7 @@ class Execution:
         threads: Executor | None,
         max_payload: int,
         max_step_attempts: int,
+        recorder: StepRecorder,
         on_park: Callable[[float | None], None],
         heartbeat: Callable[[], Coroutine[Any, Any, None]],
     ) -> None:
@@ -100,6 +102,7 @@ class Execution:
         self.threads = threads
         self.max_payload = max_payload
         self.max_step_attempts = max_step_attempts
+        self.recorder = recorder
         self.on_park = on_park
         self.heartbeat = heartbeat
         self._db_now: datetime = row["db_now"]
@@ -146,13 +149,8 @@ class Execution:
         if not self._pending and not self._flush_lock.locked():
             return
         async with self._flush_lock:
-            while self._pending:
-                p = self._pending.pop(0)
-                await self.store.record_finish(
-                    self.lease, p.position, p.attempt, p.name, p.kind, "completed",
-                    output_json=p.output_json, compensable=p.compensable,
-                    elapsed_s=p.elapsed_s,
-                )  # fmt: skip
+            pending, self._pending = self._pending, []
+            await asyncio.gather(*(self.recorder.record(self.lease, p) for p in pending))
 
     def next_position(self) -> int:
         self._position += 1

@@ -7,6 +7,7 @@ clients call (start, signal, cancel) may run inside the caller's own transaction
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -319,6 +320,21 @@ class Store:
                 f"lost the lease on run {lease.run_id}; the result of step {step!r} was not "
                 "recorded and another worker will run it"
             )
+
+    async def record_many(
+        self, worker_id: str, items: list[tuple[Lease, PendingStep]]
+    ) -> set[tuple[str, int, int]]:
+        """Record completed steps of several runs in one statement, each under its own
+        lease; the (run, position, attempt) keys that were written."""
+        batch = "[" + ",".join(
+            f'{{"run_id":{json.dumps(lease.run_id)},"fence":{lease.fence},'
+            f'"position":{s.position},"attempt":{s.attempt},"step":{json.dumps(s.name)},'
+            f'"kind":{json.dumps(s.kind)},"output":{s.output_json},'
+            f'"compensable":{json.dumps(s.compensable)},"elapsed_s":{s.elapsed_s!r}}}'
+            for lease, s in items
+        ) + "]"  # fmt: skip
+        rows = await self.db.fetch("record_many", worker_id=worker_id, batch=batch)
+        return {(r["run_id"], r["position"], r["attempt"]) for r in rows}
 
     async def resolve_wait(
         self,

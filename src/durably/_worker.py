@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
 from ._execution import Execution
+from ._recorder import StepRecorder
 from .backends import Row
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._hint = True  # there may be due runs: claim at the next chance
         self._stopping = asyncio.Event()
+        self._recorder = StepRecorder(app.store, self.worker_id)
         self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="durably-step")
         self._timers: list[asyncio.TimerHandle] = []
         self._check_task: asyncio.Task[None] | None = None
@@ -166,7 +168,7 @@ class Worker:
         run_id = row["id"]
         execution = Execution(
             self.app.store, wf, row, self.worker_id, self.app.clock, self._threads,
-            self.app.max_payload, self.app.max_step_attempts, self._wake_at,
+            self.app.max_payload, self.app.max_step_attempts, self._recorder, self._wake_at,
             lambda: self._renew([run_id]),
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")

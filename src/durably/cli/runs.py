@@ -80,9 +80,7 @@ def signal(
     durably = options(ctx).load()
 
     async def go() -> dict[str, Any]:
-        return await durably.send_signal(
-            name, data, idempotency_key=idempotency_key, run_id=run_id
-        )
+        return await durably.send_signal(name, data, idempotency_key=idempotency_key, run_id=run_id)
 
     result = run(go(), durably)
     if json_out:

@@ -352,3 +352,26 @@ SELECT 'claim_latency_avg', '', COALESCE(avg(EXTRACT(EPOCH FROM started_at - cre
 FROM {schema}.runs WHERE started_at > now() - interval '5 minutes'
 UNION ALL
 SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers;
+
+-- name: record_many
+-- Group commit: completed steps of several runs held by one worker, as a JSON array. A
+-- row is written only if its run's lease (same fence) is still this worker's.
+WITH v AS (
+    SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
+        position integer, attempt integer, step text, kind text, output jsonb,
+        compensable boolean, elapsed_s float8)
+), lease AS (
+    SELECT r.id, r.fence FROM {schema}.runs r
+    WHERE r.id IN (SELECT run_id FROM v) AND r.worker_id = :worker_id
+      AND r.lease_expires_at > now() AND (r.status = 'running' OR r.compensating)
+    FOR SHARE
+)
+INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status,
+    compensable, fence, worker_id, output, started_at, finished_at)
+SELECT v.run_id, v.position, v.attempt, v.step, v.kind, 'completed', v.compensable, v.fence,
+    :worker_id, v.output, now() - v.elapsed_s * interval '1 second', now()
+FROM v JOIN lease ON lease.id = v.run_id AND lease.fence = v.fence
+ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+    status = excluded.status, compensable = excluded.compensable,
+    output = excluded.output, finished_at = excluded.finished_at
+RETURNING run_id, position, attempt;

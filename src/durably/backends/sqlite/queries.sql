@@ -311,3 +311,19 @@ SELECT 'claim_latency_avg', '', coalesce(avg(started_at - created_at), 0)
 FROM {schema}_runs WHERE started_at > now() - 300
 UNION ALL
 SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers;
+
+-- name: record_many
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status,
+    compensable, fence, worker_id, output, started_at, finished_at)
+SELECT v.value ->> 'run_id', v.value ->> 'position', v.value ->> 'attempt', v.value ->> 'step',
+    v.value ->> 'kind', 'completed', v.value ->> 'compensable', v.value ->> 'fence',
+    :worker_id, json(v.value -> 'output'), now() - (v.value ->> 'elapsed_s'), now()
+FROM json_each(:batch) v
+WHERE EXISTS (SELECT 1 FROM {schema}_runs r
+    WHERE r.id = v.value ->> 'run_id' AND r.fence = v.value ->> 'fence'
+      AND r.worker_id = :worker_id AND r.lease_expires_at > now()
+      AND (r.status = 'running' OR r.compensating))
+ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+    status = excluded.status, compensable = excluded.compensable,
+    output = excluded.output, finished_at = excluded.finished_at
+RETURNING run_id, position, attempt;

@@ -1,0 +1,73 @@
+"""Group commit of step records.
+
+A worker executes many runs at once; their completed steps reach the recorder in bursts
+(a batch of claimed runs moves in step). Everything that arrives in one turn of the event
+loop goes to the database as one statement, and while the recorder's few statements are
+in flight, new records wait and form the next, larger batch. Each record still commits
+only under its own run's lease, and each caller learns whether its own record made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ._errors import LeaseLostError
+from ._store import Lease, PendingStep, Store
+
+MAX_IN_FLIGHT = 4
+
+
+class StepRecorder:
+    """Writes completed steps for one worker, batching across runs."""
+
+    def __init__(self, store: Store, worker_id: str) -> None:
+        self._store = store
+        self._worker_id = worker_id
+        self._queue: list[tuple[Lease, PendingStep, asyncio.Future[None]]] = []
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._scheduled = False
+
+    async def record(self, lease: Lease, step: PendingStep) -> None:
+        """Return once the step is durable; LeaseLostError if its lease was gone."""
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((lease, step, future))
+        self._kick()
+        await future
+
+    def _kick(self) -> None:
+        if self._queue and not self._scheduled and len(self._in_flight) < MAX_IN_FLIGHT:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_batch)
+
+    def _send_batch(self) -> None:
+        self._scheduled = False
+        if not self._queue or len(self._in_flight) >= MAX_IN_FLIGHT:
+            return
+        batch, self._queue = self._queue, []
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _send(self, batch: list[tuple[Lease, PendingStep, asyncio.Future[None]]]) -> None:
+        try:
+            written = await self._store.record_many(
+                self._worker_id, [(lease, step) for lease, step, _ in batch]
+            )
+        except Exception as exc:
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        else:
+            for lease, step, future in batch:
+                if future.done():
+                    continue
+                if (lease.run_id, step.position, step.attempt) in written:
+                    future.set_result(None)
+                else:
+                    future.set_exception(LeaseLostError(
+                        f"lost the lease on run {lease.run_id}; the result of step "
+                        f"{step.name!r} was not recorded and another worker will run it"
+                    ))  # fmt: skip
+        finally:
+            self._in_flight.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
+            self._kick()
