@@ -1,5 +1,6 @@
 """OpenTelemetry spans for starts, run executions and steps, when `opentelemetry-api` is
-installed (`pip install durably[otel]`); without it, every function here is a no-op.
+installed (`pip install durably[otel]`) and a tracer provider is configured; otherwise
+every function here returns a shared no-op context at the cost of one check.
 
 The trace context of `start()` is stored with the run, so the worker's execution span
 continues the trace that started the run, across processes and restarts.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 try:
@@ -18,23 +20,26 @@ except ImportError:  # the optional extra is not installed
     trace = None  # type: ignore[assignment]
     propagate = None  # type: ignore[assignment]
 
-ENABLED = trace is not None
+_NOTHING: AbstractContextManager[Any] = contextlib.nullcontext()
 
 
-def _tracer() -> Any:
-    return trace.get_tracer("durably")
+def _active() -> bool:
+    return trace is not None and not isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider
+    )
 
 
 @contextlib.contextmanager
 def start_span(workflow: str, version: str) -> Iterator[dict[str, str]]:
     """A span around starting a run; yields the carrier to store with the run."""
     carrier: dict[str, str] = {}
-    if not ENABLED:
+    if not _active():
         yield carrier
         return
     attributes = {"durably.workflow": workflow, "durably.version": version}
-    with _tracer().start_as_current_span(f"durably.start {workflow}", attributes=attributes,
-                                         kind=trace.SpanKind.PRODUCER):  # fmt: skip
+    with trace.get_tracer("durably").start_as_current_span(
+        f"durably.start {workflow}", attributes=attributes, kind=trace.SpanKind.PRODUCER
+    ):
         propagate.inject(carrier)
         yield carrier
 
@@ -43,32 +48,28 @@ def encode_carrier(carrier: dict[str, str]) -> str | None:
     return json.dumps(carrier) if carrier else None
 
 
-@contextlib.contextmanager
-def run_span(row: dict[str, Any]) -> Iterator[None]:
+def run_span(row: dict[str, Any]) -> AbstractContextManager[Any]:
     """A span around one execution (claim) of a run, child of its start's span."""
-    if not ENABLED:
-        yield
-        return
+    if not _active():
+        return _NOTHING
     stored = row.get("trace_context")
     parent = propagate.extract(json.loads(stored)) if stored else None
     attributes = {"durably.run_id": row["id"], "durably.workflow": row["workflow"],
                   "durably.version": row["version"], "durably.fence": row["fence"],
                   "durably.attempt": row["attempts"]}  # fmt: skip
-    with _tracer().start_as_current_span(
-        f"durably.run {row['workflow']}",
-        context=parent,
-        kind=trace.SpanKind.CONSUMER,
+    return trace.get_tracer("durably").start_as_current_span(
+        f"durably.run {row['workflow']}", context=parent, kind=trace.SpanKind.CONSUMER,
         attributes=attributes,
-    ):
-        yield  # fmt: skip
+    )  # fmt: skip
 
 
-@contextlib.contextmanager
-def step_span(name: str, kind: str, attempt: int) -> Iterator[None]:
+def step_span(name: str, kind: str, attempt: int) -> AbstractContextManager[Any]:
     """A span around one step attempt's execution (not its replay)."""
-    if not ENABLED:
-        yield
-        return
-    attributes = {"durably.step": name, "durably.kind": kind, "durably.attempt": attempt}
-    with _tracer().start_as_current_span(f"durably.step {name}", attributes=attributes):
-        yield
+    if not _active():
+        return _NOTHING
+    attributes: dict[str, Any] = {
+        "durably.step": name, "durably.kind": kind, "durably.attempt": attempt,
+    }  # fmt: skip
+    return trace.get_tracer("durably").start_as_current_span(
+        f"durably.step {name}", attributes=attributes
+    )
