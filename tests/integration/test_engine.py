@@ -248,3 +248,36 @@ async def test_a_run_has_a_limit_of_step_attempts(db_url: str) -> None:
         with pytest.raises(RunFailedError, match="limit of 5 step attempts"):
             await handle.result(timeout=10)
         assert len(await app.list_steps(handle.run_id)) == 5
+
+
+async def test_a_step_result_that_is_not_json_names_the_step(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="unserializable", version="v1")
+    async def wf(ctx: Any) -> None:
+        await ctx.step.run("make-object", lambda: object())
+
+    async with app, app.worker():
+        handle = await wf.start()
+        with pytest.raises(RunFailedError, match="step 'make-object'"):
+            await handle.result(timeout=10)
+        steps = await app.list_steps(handle.run_id)
+    assert [(s.step, s.status, s.attempt) for s in steps] == [("make-object", "failed", 1)]
+
+
+def test_the_sync_facade_without_an_event_loop(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="plain", version="v1")
+    async def wf(ctx: Any, n: int) -> int:
+        return n * 2
+
+    client = app.sync
+    run_id = client.start("plain", 21, idempotency_key="k").run_id
+    assert client.start("plain", 21, idempotency_key="k").run_id == run_id
+    assert client.get_run(run_id).status == "pending"
+    assert client.send_signal("nobody", 1) == {"delivered_to": [], "buffered": True,
+                                               "duplicate": False}  # fmt: skip
+    assert [r.run_id for r in client.list_runs()] == [run_id]
+    assert client.cancel(run_id).status == "canceled"
+    client.close()
