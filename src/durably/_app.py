@@ -237,8 +237,12 @@ class Durably:
         """Due runs that no live worker runs the (workflow, version) of, and runs that have
         been due for over 30 s (workers are missing or saturated)."""
         await self.open()
-        rows = await self.store.db.fetch("list_stuck", limit=limit, grace_s=30, alive_s=60)
-        return [Run.from_row(r) for r in rows]
+        return await self.store.list_stuck(limit, grace_s=30, alive_s=60)
+
+    async def list_tables(self) -> list[str]:
+        """The engine's tables (schema-qualified on PostgreSQL)."""
+        await self.open()
+        return await self.store.list_tables()
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle on an existing run."""

@@ -30,6 +30,19 @@ class StepRecorder:
     async def record(self, lease: Lease, step: PendingStep) -> None:
         """Return once the step is durable; LeaseLostError if its lease was gone."""
         future = asyncio.get_running_loop().create_future()
+        if not self._queue and not self._in_flight and not self._scheduled:
+            # Alone: write it from this task at once (no hop through the loop); records
+            # arriving meanwhile queue up behind it and form the next batch.
+            task = asyncio.current_task()
+            assert task is not None
+            self._in_flight.add(task)
+            try:
+                await self._send([(lease, step, future)])
+            finally:
+                self._in_flight.discard(task)
+                self._kick()
+            future.result()  # raises LeaseLostError (or the database's error)
+            return
         self._queue.append((lease, step, future))
         self._kick()
         await future
@@ -70,4 +83,5 @@ class StepRecorder:
                     ))  # fmt: skip
         finally:
             self._in_flight.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
-            self._kick()
+            if self._queue:
+                self._kick()

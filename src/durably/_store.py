@@ -152,6 +152,18 @@ class Store:
         )  # fmt: skip
         return [Run.from_row(r) for r in rows]
 
+    async def list_stuck(self, limit: int, grace_s: float, alive_s: float) -> list[Run]:
+        rows = await self.db.fetch("list_stuck", limit=limit, grace_s=grace_s, alive_s=alive_s)
+        return [Run.from_row(r) for r in rows]
+
+    async def list_tables(self) -> list[str]:
+        rows = await self.db.fetch("list_tables", schema=self.db.schema)
+        return [r["name"] for r in rows]
+
+    async def metrics(self) -> list[Row]:
+        """(metric, label, value) rows for /metrics."""
+        return await self.db.fetch("metrics")
+
     async def list_steps(self, run_id: str) -> list[StepAttempt]:
         await self.get_run(run_id)
         rows = await self.db.fetch("list_steps", run_id=run_id)

@@ -36,12 +36,7 @@ def tables(ctx: typer.Context, json_out: bool = typer.Option(False, "--json")) -
     """List the engine's tables."""
     durably = options(ctx).load()
 
-    async def go() -> list[str]:
-        await durably.open()
-        rows = await durably.store.db.fetch("list_tables", schema=durably.connector.schema)
-        return [r["name"] for r in rows]
-
-    names = run(go(), durably)
+    names = run(durably.list_tables(), durably)
     if json_out:
         print_json(names)
     else:

@@ -23,7 +23,7 @@ _NAMES = {"runs": ("durably_runs", "status"), "steps": ("durably_step_attempts",
 
 async def collect(app: Durably) -> list[dict[str, Any]]:
     await app.open()
-    return await app.store.db.fetch("metrics")
+    return await app.store.metrics()
 
 
 def _label(value: str) -> str:
