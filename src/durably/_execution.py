@@ -96,8 +96,8 @@ class Execution:
         self.store = store
         self.workflow = workflow
         self.row = row
-        self.lease = Lease(row["id"], row["fence"], worker_id)
-        self.history = History.parse(row["history"])
+        self.lease = Lease(row["id"], row["fence"], worker_id, row["attempts"])
+        self.history = History.parse(row["history"], row["attempts"])
         self.clock = clock
         self.threads = threads
         self.max_payload = max_payload

@@ -56,9 +56,13 @@ class Recorded:
 
 
 class History:
-    """Latest attempt and failure count per position, from the claim's history JSON."""
+    """Latest attempt and failure count per position, from the claim's history JSON.
 
-    def __init__(self, entries: list[dict[str, Any]]) -> None:
+    Failures count within the current workflow attempt: a workflow retry gives each step
+    a fresh budget, and a step that failed for good in an earlier attempt runs again.
+    """
+
+    def __init__(self, entries: list[dict[str, Any]], workflow_attempt: int = 1) -> None:
         self.attempts = len(entries)
         self._latest: dict[int, Recorded] = {}
         self._failures: dict[int, int] = {}
@@ -70,13 +74,16 @@ class History:
                 wake_at=_instant(e.get("wake_at")), output=e.get("output"),
                 error=e.get("error"),
             )  # fmt: skip
-            if rec.status == "failed":
+            current = e.get("workflow_attempt", 1) >= workflow_attempt
+            if rec.status == "failed" and current:
                 self._failures[rec.position] = self._failures.get(rec.position, 0) + 1
+            if not current:
+                rec.final = False  # an earlier workflow attempt's failure: try again
             self._latest[rec.position] = rec
 
     @classmethod
-    def parse(cls, text: str | None) -> History:
-        return cls(json.loads(text) if text else [])
+    def parse(cls, text: str | None, workflow_attempt: int = 1) -> History:
+        return cls(json.loads(text) if text else [], workflow_attempt)
 
     def at(self, position: int, name: str) -> Recorded | None:
         """What history holds at `position`, checked against the step name the code calls."""

@@ -31,9 +31,11 @@ class Lease:
     run_id: str
     fence: int
     worker_id: str
+    workflow_attempt: int = 1  # what the attempts this lease records belong to
 
     def params(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "fence": self.fence, "worker_id": self.worker_id}
+        return {"run_id": self.run_id, "fence": self.fence, "worker_id": self.worker_id,
+                "workflow_attempt": self.workflow_attempt}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -342,7 +344,8 @@ class Store:
             f'{{"run_id":{json.dumps(lease.run_id)},"fence":{lease.fence},'
             f'"position":{s.position},"attempt":{s.attempt},"step":{json.dumps(s.name)},'
             f'"kind":{json.dumps(s.kind)},"output":{s.output_json},'
-            f'"compensable":{json.dumps(s.compensable)},"elapsed_s":{s.elapsed_s!r}}}'
+            f'"compensable":{json.dumps(s.compensable)},"elapsed_s":{s.elapsed_s!r},'
+            f'"workflow_attempt":{lease.workflow_attempt}}}'
             for lease, s in items
         ) + "]"  # fmt: skip
         rows = await self.db.fetch("record_many", worker_id=worker_id, batch=batch)

@@ -131,7 +131,7 @@ async def test_start_inside_the_callers_transaction(db_url: str) -> None:
 async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
     app = Durably(db_url, migrate=False)
     first = await app.migrate()
-    assert first == ["0001_init.sql", "0002_workers.sql"]
+    assert first == ["0001_init.sql", "0002_workers.sql", "0003_workflow_attempt.sql"]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))
     await app.close()
@@ -163,3 +163,31 @@ async def test_failed_run_keeps_the_error(db_url: str) -> None:
         with pytest.raises(RunFailedError, match="attempt 2"):
             await handle.result(timeout=10)
         assert (await handle.get()).attempts == 2
+
+
+async def test_a_workflow_retry_runs_a_failed_step_again(db_url: str) -> None:
+    app = Durably(db_url)
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError(f"call {len(calls)}")
+        return "ok"
+
+    policy = RetryPolicy(max_attempts=3, initial_interval="10ms")
+
+    @app.workflow(name="retried", version="v1", retry=policy)
+    async def wf(ctx: Any) -> str:
+        done = await ctx.step.run("before", lambda: "once")
+        out = await ctx.step.run("flaky", flaky, retry=RetryPolicy(max_attempts=1))
+        return f"{done} {out}"
+
+    async with app, app.worker():
+        handle = await wf.start()
+        assert await handle.result(timeout=10) == "once ok"
+        assert (await handle.get()).attempts == 3
+        steps = [(s.step, s.status) for s in await app.list_steps(handle.run_id)]
+    assert len(calls) == 3
+    assert steps == [("before", "completed"), ("flaky", "failed"), ("flaky", "failed"),
+                     ("flaky", "completed")]  # fmt: skip

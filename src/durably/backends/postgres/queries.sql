@@ -79,7 +79,7 @@ WITH due AS (
 SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned,
     (SELECT json_agg(h ORDER BY h.position, h.attempt) FROM (
         SELECT position, attempt, step, kind, status, final, compensable, signal, child_run_id,
-               wake_at, output, error
+               wake_at, output, error, workflow_attempt
         FROM {schema}.step_attempts s WHERE s.run_id = claimed.id) h)::text AS history
 FROM claimed;
 
@@ -112,9 +112,9 @@ WITH lease AS (
     FOR SHARE
 )
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
-    worker_id, signal, child_run_id, wake_at)
+    worker_id, signal, child_run_id, wake_at, workflow_attempt)
 SELECT :run_id, :position, :attempt, :step, :kind, 'running', :fence, :worker_id, :signal,
-    :child_run_id, now() + CAST(:wait_s AS float8) * interval '1 second'
+    :child_run_id, now() + CAST(:wait_s AS float8) * interval '1 second', :workflow_attempt
 FROM lease
 ON CONFLICT (run_id, position, attempt) DO NOTHING
 RETURNING wake_at;
@@ -127,10 +127,10 @@ WITH lease AS (
     FOR SHARE
 )
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
-    compensable, fence, worker_id, output, error, started_at, finished_at)
+    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
     :worker_id, CAST(:output AS jsonb), CAST(:error AS jsonb),
-    now() - CAST(:elapsed_s AS float8) * interval '1 second', now()
+    now() - CAST(:elapsed_s AS float8) * interval '1 second', now(), :workflow_attempt
 FROM lease
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, final = excluded.final, compensable = excluded.compensable,
@@ -195,10 +195,10 @@ WITH done AS (
     RETURNING id, parent_run_id
 ), step AS (
     INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status,
-        compensable, fence, worker_id, output, started_at, finished_at)
+        compensable, fence, worker_id, output, started_at, finished_at, workflow_attempt)
     SELECT done.id, :step_position, :step_attempt, :step_name, :step_kind, 'completed',
         :step_compensable, :fence, :worker_id, CAST(:step_output AS jsonb),
-        now() - CAST(:step_elapsed_s AS float8) * interval '1 second', now()
+        now() - CAST(:step_elapsed_s AS float8) * interval '1 second', now(), :workflow_attempt
     FROM done WHERE CAST(:step_position AS integer) IS NOT NULL
     ON CONFLICT (run_id, position, attempt) DO UPDATE SET
         status = excluded.status, compensable = excluded.compensable,
@@ -359,7 +359,7 @@ SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {sch
 WITH v AS (
     SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
         position integer, attempt integer, step text, kind text, output jsonb,
-        compensable boolean, elapsed_s float8)
+        compensable boolean, elapsed_s float8, workflow_attempt integer)
 ), lease AS (
     SELECT r.id, r.fence FROM {schema}.runs r
     WHERE r.id IN (SELECT run_id FROM v) AND r.worker_id = :worker_id
@@ -367,9 +367,9 @@ WITH v AS (
     FOR SHARE
 )
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status,
-    compensable, fence, worker_id, output, started_at, finished_at)
+    compensable, fence, worker_id, output, started_at, finished_at, workflow_attempt)
 SELECT v.run_id, v.position, v.attempt, v.step, v.kind, 'completed', v.compensable, v.fence,
-    :worker_id, v.output, now() - v.elapsed_s * interval '1 second', now()
+    :worker_id, v.output, now() - v.elapsed_s * interval '1 second', now(), v.workflow_attempt
 FROM v JOIN lease ON lease.id = v.run_id AND lease.fence = v.fence
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, compensable = excluded.compensable,

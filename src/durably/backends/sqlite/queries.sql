@@ -73,7 +73,8 @@ SELECT r.*, now() AS db_now, 0 AS abandoned,
         'position', position, 'attempt', attempt, 'step', step, 'kind', kind,
         'status', status, 'final', final, 'compensable', compensable, 'signal', signal,
         'child_run_id', child_run_id, 'wake_at', wake_at,
-        'output', json(output), 'error', json(error)))
+        'output', json(output), 'error', json(error),
+        'workflow_attempt', workflow_attempt))
      FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
            ORDER BY position, attempt)) AS history
 FROM {schema}_runs r WHERE claim_token = :token;
@@ -100,9 +101,9 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 
 -- name: record_start
 INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, fence,
-    worker_id, signal, child_run_id, wake_at, started_at)
+    worker_id, signal, child_run_id, wake_at, started_at, workflow_attempt)
 SELECT :run_id, :position, :attempt, :step, :kind, 'running', :fence, :worker_id, :signal,
-    :child_run_id, now() + coalesce(:wait_s, 0), now()
+    :child_run_id, now() + coalesce(:wait_s, 0), now(), :workflow_attempt
 WHERE EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating))
@@ -111,9 +112,9 @@ RETURNING CASE WHEN :wait_s IS NULL THEN NULL ELSE wake_at END AS wake_at;
 
 -- name: record_finish
 INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, final,
-    compensable, fence, worker_id, output, error, started_at, finished_at)
+    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
-    :worker_id, :output, :error, now() - :elapsed_s, now()
+    :worker_id, :output, :error, now() - :elapsed_s, now(), :workflow_attempt
 WHERE EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating))
@@ -165,9 +166,10 @@ RETURNING id;
 
 -- name: finish_run
 INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status,
-    compensable, fence, worker_id, output, started_at, finished_at)
+    compensable, fence, worker_id, output, started_at, finished_at, workflow_attempt)
 SELECT :run_id, :step_position, :step_attempt, :step_name, :step_kind, 'completed',
-    :step_compensable, :fence, :worker_id, :step_output, now() - :step_elapsed_s, now()
+    :step_compensable, :fence, :worker_id, :step_output, now() - :step_elapsed_s, now(),
+    :workflow_attempt
 WHERE :step_position IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating))
@@ -314,10 +316,11 @@ SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers;
 
 -- name: record_many
 INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status,
-    compensable, fence, worker_id, output, started_at, finished_at)
+    compensable, fence, worker_id, output, started_at, finished_at, workflow_attempt)
 SELECT v.value ->> 'run_id', v.value ->> 'position', v.value ->> 'attempt', v.value ->> 'step',
     v.value ->> 'kind', 'completed', v.value ->> 'compensable', v.value ->> 'fence',
-    :worker_id, json(v.value -> 'output'), now() - (v.value ->> 'elapsed_s'), now()
+    :worker_id, json(v.value -> 'output'), now() - (v.value ->> 'elapsed_s'), now(),
+    v.value ->> 'workflow_attempt'
 FROM json_each(:batch) v
 WHERE EXISTS (SELECT 1 FROM {schema}_runs r
     WHERE r.id = v.value ->> 'run_id' AND r.fence = v.value ->> 'fence'
