@@ -79,10 +79,9 @@ def signal(
     data = parse_json(data_text, "--data")
     durably = options(ctx).load()
 
-    async def go() -> dict[str, Any]:
-        return await durably.send_signal(name, data, idempotency_key=idempotency_key, run_id=run_id)
-
-    result = run(go(), durably)
+    result = run(
+        durably.send_signal(name, data, idempotency_key=idempotency_key, run_id=run_id), durably
+    )
     if json_out:
         print_json(result)
     elif result["duplicate"]:
@@ -101,10 +100,7 @@ def cancel(
     """Cancel a run (and its children); a step in flight is interrupted."""
     durably = options(ctx).load()
 
-    async def go() -> Any:
-        return await durably.cancel(run_id)
-
-    r = run(go(), durably)
+    r = run(durably.cancel(run_id), durably)
     if json_out:
         print_json(r.to_dict())
     else:
