@@ -59,7 +59,7 @@ class Procs:
         return done
 
     def json(self, *args: str, **env: str) -> Any:
-        return json.loads(self.cli(*args, "--json", **env).stdout)
+        return json.loads(self.cli(*args, "--json", check=True, **env).stdout)
 
     def stop_all(self) -> None:
         stop_processes(self.workers)

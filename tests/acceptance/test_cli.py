@@ -69,7 +69,7 @@ def test_bad_database_url_and_app(tmp_path: Path) -> None:
     procs = Procs(f"sqlite:///{tmp_path}/x.db", tmp_path)
     done = procs.cli("--app", "no_such_module:app", "runs", check=False)
     assert done.returncode == 2 and "cannot import" in done.stderr
-    bare = {"DURABLY_APP": ""}
-    assert json.loads(procs.cli("--schema", "other", "runs", "--json", **bare).stdout) == []
-    done = procs.cli("--schema", "Bad-Name", "runs", check=False, **bare)
+    listed = procs.cli("--schema", "other", "runs", "--json", DURABLY_APP="")
+    assert json.loads(listed.stdout) == []
+    done = procs.cli("--schema", "Bad-Name", "runs", check=False, DURABLY_APP="")
     assert done.returncode == 2 and "invalid schema name" in done.stderr

@@ -156,7 +156,8 @@ def test_e_retries_and_their_limit(procs: Procs, client: SyncDurably) -> None:
     bad = client.start("flaky", 5).run_id
     assert client.wait(ok, timeout=20).status == "completed"
     failed = client.wait(bad, timeout=20)
-    assert failed.status == "failed" and "boom attempt 3" in failed.error["message"]
+    assert failed.status == "failed" and failed.error is not None
+    assert "boom attempt 3" in failed.error["message"]
     assert [s for _, s, _ in steps_of(client, ok)] == ["failed", "failed", "completed"]
     assert [s for _, s, _ in steps_of(client, bad)] == ["failed", "failed", "failed"]
     assert failed.attempts == 1  # step retries do not spend the workflow's attempts
@@ -197,7 +198,7 @@ def test_g_renamed_step_is_non_determinism(procs: Procs, client: SyncDurably) ->
     a.wait(timeout=15)
     procs.worker("B", RENAMED="1")
     run = client.wait(run_id, timeout=20)
-    assert run.status == "failed"
+    assert run.status == "failed" and run.error is not None
     assert run.error["type"] == "NonDeterminismError"
     assert "position 1" in run.error["message"] and "'first'" in run.error["message"]
     assert [e for e in _events(procs, run_id)] == [("first", "A", "run")]

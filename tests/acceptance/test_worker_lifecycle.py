@@ -45,7 +45,7 @@ def test_worker_killed_while_compensating(procs: Procs, tmp_path: Path) -> None:
     assert marker.exists()
     procs.worker("B", "--lease", "1s", "--heartbeat", "0.3s")
     run = client.wait(run_id, timeout=30)
-    assert run.status == "failed" and "boom" in run.error["message"]
+    assert run.status == "failed" and run.error is not None and "boom" in run.error["message"]
     undos = [(e, w) for _, w, e in _events(procs.url, run_id) if e.startswith("undo")]
     assert undos == [("undo-b", "A"), ("undo-a", "B")]
     names = [s.step for s in client.list_steps(run_id) if s.status == "completed"]

@@ -44,7 +44,7 @@ class Acquire:
         return done
 
     def json(self, *args: str, **env: str) -> Any:
-        return json.loads(self.cli(*args, "--json", **env).stdout)
+        return json.loads(self.cli(*args, "--json", check=True, **env).stdout)
 
     def worker(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
         with open(self.work / f"worker-{name}.log", "ab") as log:

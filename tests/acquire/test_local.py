@@ -28,7 +28,7 @@ def _add(acq: Acquire, src: Path, order_id: str, *extra: str) -> str:
 
 
 def _completed(acq: Acquire, order_id: str) -> bool:
-    return acq.order(order_id)["status"] == "completed"
+    return bool(acq.order(order_id)["status"] == "completed")
 
 
 def test_local_pipeline_end_to_end(acq: Acquire) -> None:

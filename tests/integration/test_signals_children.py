@@ -100,7 +100,8 @@ async def test_cancel_interrupts_async_and_sync_bodies(db_url: str) -> None:
     async with app, app.worker():
         for mode in ("async", "sync"):
             handle = await slow.start(mode)
-            await eventually(lambda h=handle: _step_running(app, h.run_id), what="the step")
+            run_id = handle.run_id
+            await eventually(lambda: _step_running(app, run_id), what="the step")
             began = time.monotonic()
             assert (await app.cancel(handle.run_id)).status == "canceled"
             if mode == "sync":
