@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -53,3 +54,28 @@ def stop_processes(procs: list[subprocess.Popen[Any]]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def freeze_outside_a_write(proc: subprocess.Popen[Any], url: str) -> None:
+    """SIGSTOP `proc` at a moment it holds no SQLite write lock.
+
+    A process frozen inside a write transaction holds SQLite's file lock, which no other
+    process can break (PostgreSQL has no such limit: its locks belong to the server). The
+    case tested here is a worker frozen in its step body, so freeze it again if it was
+    caught in the middle of one of its few, short writes.
+    """
+    for _ in range(50):
+        os.killpg(proc.pid, signal.SIGSTOP)
+        if not url.startswith("sqlite"):
+            return
+        probe = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.killpg(proc.pid, signal.SIGCONT)
+            time.sleep(0.01)  # let it finish that write before freezing it again
+        finally:
+            probe.close()
+    raise AssertionError("could not freeze the worker outside a write")

@@ -149,8 +149,10 @@ def worker(concurrency: int = typer.Option(4, "--concurrency", min=1),
     library.ensure_tables(app.url)
 
     async def go() -> None:
-        async with app:
+        try:  # the worker connects (and migrates) itself, retrying while the database is away
             await app.worker(concurrency=concurrency, lease=lease, heartbeat=heartbeat).run()
+        finally:
+            await app.close()
 
     _run(go())
 

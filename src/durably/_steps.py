@@ -129,29 +129,19 @@ class StepApi:
         x.spend_attempt()
         attempt = x.history.next_attempt(pos)
         x.in_flight += 1
-        loop = asyncio.get_running_loop()
-        start: dict[str, Any] = {}
-
-        def record_start() -> None:
-            start["task"] = loop.create_task(
-                x.store.record_start(x.lease, pos, attempt, name, kind)
-            )
-
-        # The `running` row is written as soon as the body first yields to the event loop
-        # (I/O, a thread, a sleep), concurrently with it. A body that finishes without ever
-        # yielding cannot be caught in flight, so it is recorded by one write: its end.
-        start["timer"] = loop.call_soon(record_start)
+        start = _StartRecord(x, pos, attempt, name, kind)
         began = x.clock.monotonic()
         try:
             try:
+                await start.begin(is_async=_signature(fn)[2])
                 with _telemetry.step_span(name, kind, attempt):
                     result = await self._invoke(fn, name, attempt, args, kwargs)
                 output = x.encode(result, f"the result of step {name!r}")
             except LeaseLostError:
-                await _settle(start)
+                await start.settle()
                 raise
             except (Exception, asyncio.CancelledError) as exc:
-                await _settle(start)
+                await start.settle()
                 if isinstance(exc, asyncio.CancelledError):
                     await self._record_canceled(pos, attempt, name, kind, began)
                     raise
@@ -162,7 +152,7 @@ class StepApi:
                     raise final_error from exc
                 failure = exc
             else:
-                await _settle(start)
+                await start.settle()
                 if records_itself:
                     return result
                 x.defer_record(PendingStep(
@@ -457,13 +447,37 @@ def _child_error(error: dict[str, Any]) -> Exception:
     )
 
 
-async def _settle(start: dict[str, Any]) -> None:
-    """Cancel the delayed `running` record, or wait for it if it was already sent."""
-    start["timer"].cancel()
-    task = start.get("task")
-    if task is not None:
-        with contextlib.suppress(Exception):
-            await task
+class _StartRecord:
+    """An attempt's `running` row.
+
+    A sync body runs in a thread, usually long and doing I/O: its row is durable before it
+    starts, so a kill at any point leaves an attempt to mark abandoned. An async body's row
+    is written as soon as the body first yields to the event loop, concurrently with it;
+    one that finishes without ever yielding cannot be caught in flight, so it is recorded
+    by one write: its end.
+    """
+
+    def __init__(self, x: Execution, pos: int, attempt: int, name: str, kind: str) -> None:
+        self._write = functools.partial(x.store.record_start, x.lease, pos, attempt, name, kind)
+        self._timer: asyncio.Handle | None = None
+        self._task: asyncio.Task[Any] | None = None
+
+    async def begin(self, is_async: bool) -> None:
+        if not is_async:
+            await self._write()
+            return
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_soon(
+            lambda: setattr(self, "_task", loop.create_task(self._write()))
+        )
+
+    async def settle(self) -> None:
+        """Cancel the row if it was not sent yet, or wait until it is written."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
 
 
 _NOTHING: Any = object()

@@ -302,7 +302,7 @@ class Store:
             signal=signal, child_run_id=child_run_id, wait_s=wait_s,
         )  # fmt: skip
         rows = await (tx.fetch if tx else self.db.fetch)("record_start", **params)
-        if not rows and tx is not None:
+        if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} before step {step!r}")
         return rows[0]["wake_at"] if rows else None
 

@@ -18,7 +18,7 @@ import pytest
 from durably import SyncDurably
 from tests.acceptance.conftest import Procs
 from tests.apps import seed
-from tests.helpers import eventually_sync
+from tests.helpers import eventually_sync, freeze_outside_a_write
 
 SHORT_LEASE = ("--lease", "2s", "--heartbeat", "0.5s")
 
@@ -93,7 +93,7 @@ def test_b_frozen_worker_cannot_commit_after_takeover(procs: Procs, client: Sync
     client.send_signal("download-done:d3", {"ok": True})
     eventually_sync(lambda: ("copy-file", "A", "start") in _events(procs, run_id),
                     timeout=20, what="A to start copying")  # fmt: skip
-    os.killpg(a.pid, signal.SIGSTOP)
+    freeze_outside_a_write(a, procs.url)
     procs.worker("B", "--lease", "1s", "--heartbeat", "0.3s", COPY_SECONDS="0.1")
     assert client.wait(run_id, timeout=30).status == "completed"
     os.killpg(a.pid, signal.SIGCONT)

@@ -11,7 +11,7 @@ import pytest
 
 from acquire import files, library
 from tests.acquire.conftest import Acquire
-from tests.helpers import eventually_sync
+from tests.helpers import eventually_sync, freeze_outside_a_write
 
 
 def _source(acq: Acquire, name: str = "movie.mkv", mb: int = 3) -> Path:
@@ -101,7 +101,7 @@ def test_frozen_worker_during_copy(acq: Acquire) -> None:
     lib = acq.work / "library"
     eventually_sync(lambda: lib.exists() and list(lib.glob(".*partial")), timeout=30,
                     what="A to be copying")  # fmt: skip
-    os.killpg(a.pid, signal.SIGSTOP)
+    freeze_outside_a_write(a, acq.url)
     acq.worker("B", *lease)
     eventually_sync(lambda: _completed(acq, "o3"), timeout=60, what="B to take over")
     os.killpg(a.pid, signal.SIGCONT)

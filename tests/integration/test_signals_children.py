@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from typing import Any
@@ -100,8 +101,8 @@ async def test_cancel_interrupts_async_and_sync_bodies(db_url: str) -> None:
     async with app, app.worker():
         for mode in ("async", "sync"):
             handle = await slow.start(mode)
-            run_id = handle.run_id
-            await eventually(lambda: _step_running(app, run_id), what="the step")
+            running = functools.partial(_step_running, app, handle.run_id)
+            await eventually(running, what="the step")
             began = time.monotonic()
             assert (await app.cancel(handle.run_id)).status == "canceled"
             if mode == "sync":

@@ -14,6 +14,7 @@ import contextlib
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -44,6 +45,23 @@ def _row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
             value = datetime.fromtimestamp(value, UTC)
         row[name] = value
     return row
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch a new database file to WAL (a no-op once it is). Switching needs the file to
+    itself and does not wait on the busy timeout, so processes that open a fresh file at
+    the same moment retry here for a while."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            busy = getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED")
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 class SqliteTx:
@@ -105,7 +123,7 @@ class SqliteConnector:
             self.path, isolation_level=None, check_same_thread=False, timeout=30.0
         )
         self.prepare(conn)
-        conn.execute("PRAGMA journal_mode=WAL")
+        _use_wal(conn)
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
@@ -191,8 +209,18 @@ class SqliteConnector:
             await self._run(conn.commit)
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
-        async with self.transaction() as tx:
-            return await tx.fetch(query, **params)
+        statements = self._queries[query]
+        if any(not s.lstrip().upper().startswith("SELECT") for s in statements):
+            async with self.transaction() as tx:
+                return await tx.fetch(query, **params)
+        # A read takes no write lock: under WAL it neither waits for writers nor blocks
+        # them (a worker frozen in the middle of a read holds up nobody).
+        await self.open()
+        assert self._conn is not None
+        conn = self._conn
+        args = {k: _param(v) for k, v in params.items()}
+        async with self._lock:
+            return list(await self._run(lambda: _execute(conn, statements, args)))
 
     async def listen(self, on_message: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
         self._listeners.append(on_message)
