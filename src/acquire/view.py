@@ -35,16 +35,16 @@ def order_doc(run: Run, steps: list[StepAttempt]) -> dict[str, Any]:
 def steps_table(run: Run, steps: list[StepAttempt]) -> Table:
     title = Text.assemble(f"run {run.run_id}  ", (run.status, COLOURS.get(run.status, "")))
     table = Table(title=title, title_justify="left", show_edge=False)
-    for column in ("step", "kind", "attempt", "status", "took"):
+    for column in ("step", "attempt", "status", "took"):
         table.add_column(column, no_wrap=True)
-    table.add_column("result", no_wrap=True, overflow="ellipsis", max_width=40)
+    table.add_column("result", no_wrap=True, overflow="ellipsis", max_width=28)
     for s in steps:
         took = (f"{(s.finished_at - s.started_at).total_seconds():.2f}s"
                 if s.finished_at else "…")  # fmt: skip
         result = s.error.get("message") if s.error else s.output
         text = "" if result is None else json.dumps(result, default=str)
-        table.add_row(s.step, s.kind, str(s.attempt), Text(s.status, COLOURS.get(s.status, "")),
-                      took, text)  # fmt: skip
+        table.add_row(s.step, str(s.attempt), Text(s.status, COLOURS.get(s.status, "")), took,
+                      text)  # fmt: skip
     return table
 
 
