@@ -8,6 +8,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -79,3 +80,14 @@ def freeze_outside_a_write(proc: subprocess.Popen[Any], url: str) -> None:
         finally:
             probe.close()
     raise AssertionError("could not freeze the worker outside a write")
+
+
+def run_command(module: str, args: tuple[str, ...], env: dict[str, str], cwd: Any,
+                check: bool, timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`python -m module args...`; with `check`, a non-zero exit fails with its output."""
+    done = subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, text=True,
+                          capture_output=True, timeout=timeout)  # fmt: skip
+    if check and done.returncode != 0:
+        raise AssertionError(f"{module} {' '.join(args)} exited {done.returncode}:\n"
+                             f"{done.stdout}\n{done.stderr}")  # fmt: skip
+    return done

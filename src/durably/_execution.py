@@ -17,7 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -70,8 +70,6 @@ class Outcome:
     parked: bool = False
     value: Any = None
     error: BaseException | None = None
-    # The attempt counts of the run when claimed, for the workflow's own retry policy.
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Execution:

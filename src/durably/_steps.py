@@ -122,20 +122,22 @@ class StepApi:
         retry: RetryPolicy | None,
         compensate: Callable[..., Any] | None,
         records_itself: bool = False,
+        sig: tuple[bool, Any, bool] | None = None,
     ) -> Any:
         x = self._x
         await x.defer_if_parking()
         await x.flush()
         x.spend_attempt()
         attempt = x.history.next_attempt(pos)
+        sig = sig or _signature(fn)
         x.in_flight += 1
         start = _StartRecord(x, pos, attempt, name, kind)
         began = x.clock.monotonic()
         try:
             try:
-                await start.begin(is_async=_signature(fn)[2])
+                await start.begin(is_async=sig[2])
                 with _telemetry.step_span(name, kind, attempt):
-                    result = await self._invoke(fn, name, attempt, args, kwargs)
+                    result = await self._invoke(fn, sig, name, attempt, args, kwargs)
                 output = x.encode(result, f"the result of step {name!r}")
             except LeaseLostError:
                 await start.settle()
@@ -171,13 +173,14 @@ class StepApi:
     async def _invoke(
         self,
         fn: Callable[..., Any],
+        sig: tuple[bool, Any, bool],
         name: str,
         attempt: int,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
         x = self._x
-        wants_ctx, _, is_async = _signature(fn)
+        wants_ctx, _, is_async = sig
         if wants_ctx:
             sctx = StepContext(
                 run_id=x.run_id, step=name, attempt=attempt,
@@ -257,7 +260,16 @@ class StepApi:
             return replayed
         body = functools.partial(self._transact, pos, name, fn, args)
         return await self._execute(
-            pos, name, "transaction", body, (), {}, retry, None, records_itself=True
+            pos,
+            name,
+            "transaction",
+            body,
+            (),
+            {},
+            retry,
+            None,
+            records_itself=True,
+            sig=_TRANSACT,  # a fresh partial per call: do not inspect (or cache) it
         )
 
     async def _transact(
@@ -294,8 +306,6 @@ class StepApi:
             await x.flush()
             x.spend_attempt()
             wake_at = await x.store.record_start(x.lease, pos, 1, name, "sleep", wait_s=seconds)
-            if wake_at is None:
-                raise LeaseLostError(f"lost the lease on run {x.run_id} before sleep {name!r}")
         if wake_at is not None and wake_at <= x.now():
             await x.store.record_finish(x.lease, pos, 1, name, "sleep", "completed")
             return
@@ -481,3 +491,4 @@ class _StartRecord:
 
 
 _NOTHING: Any = object()
+_TRANSACT: tuple[bool, Any, bool] = (False, Any, True)  # no StepContext, any result, async

@@ -304,7 +304,8 @@ class Store:
         rows = await (tx.fetch if tx else self.db.fetch)("record_start", **params)
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} before step {step!r}")
-        return rows[0]["wake_at"] if rows else None
+        wake_at: datetime | None = rows[0]["wake_at"]
+        return wake_at
 
     async def record_finish(
         self,

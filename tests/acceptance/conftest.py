@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.apps import seed
-from tests.helpers import stop_processes
+from tests.helpers import run_command, stop_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.apps.seed:app"
@@ -49,14 +49,7 @@ class Procs:
         return (self.logs / f"{name}.log").read_text()
 
     def cli(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "durably.cli", *args], env=self.env(**env), cwd=ROOT,
-            text=True, capture_output=True, timeout=60,
-        )  # fmt: skip
-        if check and done.returncode != 0:
-            raise AssertionError(f"durably {' '.join(args)} exited {done.returncode}:\n"
-                                 f"{done.stdout}\n{done.stderr}")  # fmt: skip
-        return done
+        return run_command("durably.cli", args, self.env(**env), ROOT, check)
 
     def json(self, *args: str, **env: str) -> Any:
         return json.loads(self.cli(*args, "--json", check=True, **env).stdout)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import stop_processes
+from tests.helpers import run_command, stop_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,14 +34,7 @@ class Acquire:
         return env
 
     def cli(self, *args: str, check: bool = True, **env: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "acquire.cli", *args], env=self.env(**env), cwd=self.work,
-            text=True, capture_output=True, timeout=120,
-        )  # fmt: skip
-        if check and done.returncode != 0:
-            raise AssertionError(f"acquire {' '.join(args)} exited {done.returncode}:\n"
-                                 f"{done.stdout}\n{done.stderr}")  # fmt: skip
-        return done
+        return run_command("acquire.cli", args, self.env(**env), self.work, check)
 
     def json(self, *args: str, **env: str) -> Any:
         return json.loads(self.cli(*args, "--json", check=True, **env).stdout)

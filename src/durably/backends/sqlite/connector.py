@@ -38,6 +38,10 @@ def _param(value: Any) -> Any:
     return value
 
 
+def _params(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: _param(v) for k, v in params.items()}
+
+
 def _row(cursor: sqlite3.Cursor, values: tuple[Any, ...]) -> Row:
     row = {}
     for (name, *_), value in zip(cursor.description, values, strict=True):
@@ -83,7 +87,7 @@ class SqliteTx:
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
         statements = self._queries[query]
-        args = {k: _param(v) for k, v in params.items()}
+        args = _params(params)
         return list(await self._run(lambda: _execute(self._conn, statements, args)))
 
 
@@ -218,7 +222,7 @@ class SqliteConnector:
         await self.open()
         assert self._conn is not None
         conn = self._conn
-        args = {k: _param(v) for k, v in params.items()}
+        args = _params(params)
         async with self._lock:
             return list(await self._run(lambda: _execute(conn, statements, args)))
 
