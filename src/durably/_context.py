@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -67,13 +67,16 @@ class StepContext:
 class WorkflowContext:
     """Handed to a workflow function as its first argument.
 
+    Workflow code runs on a deterministic loop of the engine's own: `asyncio.gather`,
+    `asyncio.wait` and tasks replay exactly, timers and I/O are refused (use steps).
+
     Attributes:
         run_id: the run being executed.
         workflow: the workflow's name.
         version: the workflow's version.
         attempt: the workflow attempt (1 until a workflow-level retry).
         step: the durable step API (`run`, `sleep`, `wait_for_signal`, `transaction`,
-            `run_workflow`, `send_signal`).
+            `run_workflow`, `start_workflow`, `send_signal`).
     """
 
     run_id: str
@@ -82,3 +85,20 @@ class WorkflowContext:
     attempt: int
     step: StepApi
     input: Any = None
+
+    async def gather(self, *aws: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
+        """Await steps (or branches of steps) concurrently; their results in order."""
+        return list(await asyncio.gather(*aws, return_exceptions=return_exceptions))
+
+    async def wait_first(self, *aws: Awaitable[Any]) -> tuple[int, Any]:
+        """Wait for the first of `aws` to finish: (its index, its result).
+
+        "First" is the first in the run's log, so a replay picks the same one. The others
+        stop being awaited (steps already running still finish and are recorded).
+        """
+        tasks = [asyncio.ensure_future(aw) for aw in aws]
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        index = next(i for i, task in enumerate(tasks) if task in done)
+        return index, tasks[index].result()

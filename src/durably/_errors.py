@@ -9,6 +9,7 @@
     ├── RunTerminalError             the run already finished; the message names its status
     ├── IdempotencyConflictError     same idempotency key, different input
     ├── NonDeterminismError          replay found a different step than history recorded
+    ├── WorkflowMisuseError          workflow code did what cannot be replayed (fails the run)
     ├── LeaseLostError               this worker no longer owns the run; nothing was committed
     ├── StepFailedError              a step failed for good (raised in the workflow, also on replay)
     ├── ChildWorkflowError           a child run failed or was canceled
@@ -16,7 +17,13 @@
     ├── DeadlineExceeded             the run's deadline_at passed
     ├── RunFailedError               `handle.result()` of a run that failed or was canceled
     ├── StepLimitExceeded            the run reached its limit of step attempts
+    ├── StepTimeout                  a step body ran past its `timeout` (retried by policy)
     └── DatabaseUnavailable          the database could not be reached
+
+The engine's own control flow (a lost lease, non-determinism, cancellation, a failed
+engine write) never reaches workflow code as something it could catch and carry on from:
+the execution stops driving the workflow (see `_execution`), so `except Exception:` in a
+workflow cannot turn them into a fallback path.
 
 A step body may raise `NonRetryableError` (not a DurablyError: it is the user's) to fail
 its step at once, without spending the remaining attempts.
@@ -24,6 +31,7 @@ its step at once, without spending the remaining attempts.
 
 from __future__ import annotations
 
+import traceback as _tb
 from typing import Any
 
 
@@ -73,12 +81,20 @@ class NonDeterminismError(DurablyError):
     def __init__(self, position: int, expected: str, found: str) -> None:
         super().__init__(
             f"non-deterministic replay at step position {position}: history has "
-            f"{expected!r}, the code now calls {found!r}. Start a new run or register "
+            f"{expected}, the code now calls {found}. Start a new run or register "
             "the changed code under a new version."
         )
         self.position = position
         self.expected = expected
         self.found = found
+
+
+class WorkflowMisuseError(DurablyError):
+    """Workflow code did something that cannot be replayed; the run fails."""
+
+
+class StepTimeout(DurablyError):
+    """A step body ran longer than its `timeout`."""
 
 
 class LeaseLostError(DurablyError):
@@ -88,10 +104,14 @@ class LeaseLostError(DurablyError):
 class StepFailedError(DurablyError):
     """A step failed for good."""
 
-    def __init__(self, step: str, error: dict[str, Any]) -> None:
-        super().__init__(f"step {step!r} failed: {error.get('type')}: {error.get('message')}")
+    def __init__(self, step: str, error: dict[str, Any], attempts: int = 1) -> None:
+        tries = f"after {attempts} attempts" if attempts > 1 else "after 1 attempt"
+        super().__init__(
+            f"step {step!r} failed {tries}: {error.get('type')}: {error.get('message')}"
+        )
         self.step = step
         self.error = error
+        self.attempts = attempts
 
 
 class ChildWorkflowError(DurablyError):
@@ -136,8 +156,12 @@ class NonRetryableError(Exception):
     """Raise from a step body to fail the step without further attempts."""
 
 
-def describe(exc: BaseException) -> dict[str, Any]:
-    """The JSON form of an error as stored on runs and step attempts."""
+def describe(exc: BaseException, traceback: bool = True) -> dict[str, Any]:
+    """The JSON form of an error as stored on runs and step attempts, with its traceback."""
     if isinstance(exc, StepFailedError):
-        return dict(exc.error)
-    return {"type": type(exc).__name__, "message": str(exc)}
+        return {"type": "StepFailedError", "message": str(exc), "step": exc.step,
+                "attempts": exc.attempts, "cause": exc.error}  # fmt: skip
+    out: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    if traceback and exc.__traceback__ is not None:
+        out["traceback"] = "".join(_tb.format_exception(exc))[-8000:]
+    return out

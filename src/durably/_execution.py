@@ -1,12 +1,17 @@
-"""Executing one claimed run: replay, run new steps, park, finish, compensate.
+"""Executing one claimed run: replay the log, run new steps, park, finish, compensate.
 
-The workflow function runs as a task. Step calls found completed in history return their
-stored result at once; a new step runs its body and records the outcome (fenced). A call
-that must wait (sleep, signal, child, retry back-off) "suspends": it records what it waits
-for and blocks forever. Once something suspended, new step bodies are deferred, the ones
-in flight finish and are recorded, and then the run parks with the earliest wake time and
-the task is dropped. The next claim replays from the start. So a run parked on a sleep
-while a sibling step was in flight neither loses that step nor runs it twice.
+Workflow code runs on a `WorkflowLoop` of its own (see `_loop`). The execution first
+replays: it hands the recorded results back one at a time, in log order, running the
+workflow until it blocks after each, so every branch sees what it saw the first time. Then
+it goes live: commands the workflow issued and history has not resolved get their
+lifecycles (`_commands`) on the worker's loop; each result is recorded (group commit) and
+delivered to the workflow only once durable, in the order of its `seq`. When everything
+left waits (a sleep, a signal, a child, a retry back-off) the run parks; the next claim
+replays from the start.
+
+The engine's own failures never reach workflow code: a lost lease, a failed engine write,
+a shutdown or a cancel stop the execution (nothing more of the workflow runs), and a
+non-deterministic or misused workflow is poisoned (it is never driven again; the run fails).
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -23,16 +27,20 @@ from typing import TYPE_CHECKING, Any
 
 from . import _telemetry
 from ._clock import Clock
-from ._codec import decode, encode
-from ._context import StepContext, WorkflowContext
+from ._codec import decode, encode, validate
+from ._commands import Command, error_for, run_compensation
+from ._context import WorkflowContext
 from ._errors import (
     DatabaseUnavailable,
     DeadlineExceeded,
+    InvalidInput,
     LeaseLostError,
     NonDeterminismError,
     StepLimitExceeded,
+    WorkflowMisuseError,
     describe,
 )
+from ._loop import WorkflowLoop
 from ._recorder import StepRecorder
 from ._replay import History
 from ._store import Lease, PendingStep, Store
@@ -43,31 +51,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably.worker")
 
-CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
+# How long a stopping execution waits for its step bodies to notice the cancel.
+SETTLE_S = 5.0
 
 
-class StopReplay(BaseException):
-    """Internal: the end of history was reached while only collecting compensations."""
+class Stop(Exception):
+    """Why an execution stops before its workflow ends."""
 
-
-@dataclass
-class Suspension:
-    wake_at: datetime | None
-    label: str
-    retry: bool = False
-
-
-@dataclass
-class Compensation:
-    position: int
-    step: str
-    undo: Callable[..., Any]
-    value: Any
+    def __init__(self, why: str, status: str | None = None, error: Any = None) -> None:
+        super().__init__(why)
+        self.status = status  # "canceled" / "failed": end the run so; None: just let go
+        self.error = error
 
 
 @dataclass
 class Outcome:
-    parked: bool = False
     value: Any = None
     error: BaseException | None = None
 
@@ -105,17 +103,21 @@ class Execution:
         self.heartbeat = heartbeat
         self._db_now: datetime = row["db_now"]
         self._mono_at_claim = clock.monotonic()
+        self.loop = WorkflowLoop(self.poison)  # type: ignore[abstract]  # I/O is refused
+        self.commands: dict[int, Command] = {}
         self._position = 0
-        self.in_flight = 0
-        self.suspensions: list[Suspension] = []
-        self.compensations: list[Compensation] = []
-        self.collect_only = bool(row["compensating"]) and row["status"] == "canceled"
-        self.step_contexts: set[StepContext] = set()
-        self._pending: list[PendingStep] = []
-        self._flush_lock = asyncio.Lock()
-        self._settled: asyncio.Future[None] | None = None
-        self._task_done: Callable[[], bool] = lambda: False
-        self._deadline_hit = False
+        self._to_start: list[Command] = []
+        self._active: set[asyncio.Task[None]] = set()
+        self._seq = self.history.max_seq
+        self._unsettled: set[int] = set()
+        self._outbox: dict[int, tuple[Command, Outcome]] = {}
+        self._changed = asyncio.Event()
+        self.replaying = True
+        self.collect_only = bool(row["compensating"])
+        self.fatal: BaseException | None = None
+        self.stop: Stop | None = None
+        self.compensations: list[tuple[int, Command]] = []
+        self._home: asyncio.AbstractEventLoop | None = None
         self.steps = StepApi(self)
 
     @property
@@ -126,110 +128,341 @@ class Execution:
         """The database's time, estimated from the claim's `now()` and the elapsed time."""
         return self._db_now + timedelta(seconds=self.clock.monotonic() - self._mono_at_claim)
 
+    def encode(self, value: Any, what: str) -> str:
+        text = encode(value, what, self.max_payload)
+        if "\\u0000" in text and self.store.db.dialect == "postgresql":
+            raise InvalidInput(f"{what} contains a NUL character (\\u0000), which PostgreSQL "
+                               "cannot store in JSON")  # fmt: skip
+        return text
+
     def spend_attempt(self) -> None:
         """Count one more step attempt against the run's limit."""
         self.history.attempts += 1
         if self.history.attempts > self.max_step_attempts:
-            raise StepLimitExceeded(
+            error = StepLimitExceeded(
                 f"run {self.run_id} reached its limit of {self.max_step_attempts} step attempts"
             )
+            self.poison(error)
+            raise error
 
-    def defer_record(self, step: PendingStep) -> None:
-        """Hold a completed step's record until the workflow's next call into the engine.
+    # --------------------------------------------------------------- issuing (workflow loop)
 
-        Only deterministic workflow code runs in between, so nothing can depend on the
-        record yet; if the workflow returns, the record rides with the run's end.
-        """
-        self._pending.append(step)
-
-    async def flush(self) -> None:
-        """Write the held step records; callers wait until every one of them is durable."""
-        if not self._pending and not self._flush_lock.locked():
-            return
-        async with self._flush_lock:
-            pending, self._pending = self._pending, []
-            await asyncio.gather(*(self.recorder.record(self.lease, p) for p in pending))
-
-    def next_position(self) -> int:
+    def issue(self, cmd_factory: Callable[[int], Command], name: str, kind: str) -> Command:
+        """Give the workflow's next step its position and check it against history."""
+        running = asyncio._get_running_loop()
+        if running is not self.loop or self.fatal is not None:
+            error = self.fatal or WorkflowMisuseError(
+                f"ctx.step.{kind.replace('-', '_')}({name!r}) was called outside the "
+                "workflow's code (from inside a step body?); step bodies cannot run steps"
+            )
+            if running is None and self._home is not None:  # a sync body's thread
+                self._home.call_soon_threadsafe(self.poison, error)
+            else:
+                self.poison(error)
+            raise error
         self._position += 1
-        return self._position
+        try:
+            rec = self.history.at(self._position, name, kind)
+        except NonDeterminismError as exc:
+            self.poison(exc)
+            raise
+        cmd = cmd_factory(self._position)
+        cmd.recorded = rec
+        self.commands[cmd.position] = cmd
+        if rec is None or not rec.resolves:
+            self._to_start.append(cmd)
+        return cmd
 
-    def changed(self) -> None:
-        """Something moved: wake `drive` if the task ended or all that is left waits."""
-        settled = self._settled
-        if settled is None or settled.done():
+    def poison(self, error: BaseException) -> None:
+        """The workflow did what cannot be replayed: never drive it again; the run fails."""
+        if self.fatal is None:
+            self.fatal = error
+        self._changed.set()
+
+    # --------------------------------------------------------------- the log
+
+    def reserve(self) -> int:
+        """The next position in the run's log, for a result about to be written."""
+        self._seq += 1
+        self._unsettled.add(self._seq)
+        return self._seq
+
+    def unreserve(self, seq: int) -> None:
+        self._unsettled.discard(seq)
+        self._changed.set()
+
+    def publish(
+        self, seq: int, cmd: Command, value: Any = None, error: BaseException | None = None
+    ) -> None:
+        """Result `seq` is durable: deliver it once every earlier one is."""
+        self._unsettled.discard(seq)
+        if error is None and cmd.compensate is not None:
+            cmd.value = value
+            self.compensations.append((seq, cmd))
+        self._outbox[seq] = (cmd, Outcome(value, error))
+        self._changed.set()
+
+    async def record(self, step: PendingStep) -> None:
+        await self.recorder.record(self.lease, step)
+
+    async def settle(
+        self, cmd: Command, step: PendingStep, value: Any = None, error: BaseException | None = None
+    ) -> None:
+        """Record a step's outcome as the next entry of the log, then deliver it."""
+        step.seq = self.reserve()
+        try:
+            await self.recorder.record(self.lease, step)
+        except BaseException:
+            self.unreserve(step.seq)
+            raise
+        self.publish(step.seq, cmd, value, error)
+
+    async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None:
+        if self.stop is not None and self.stop.status is not None:
+            with contextlib.suppress(Exception):
+                await self.record(PendingStep(
+                    cmd.position, attempt, cmd.name, cmd.kind, "canceled", elapsed_s=elapsed
+                ))  # fmt: skip
+
+    def _deliver(self) -> None:
+        while self._outbox and self.fatal is None and self.stop is None:
+            seq = min(self._outbox)
+            if self._unsettled and min(self._unsettled) < seq:
+                return
+            cmd, outcome = self._outbox.pop(seq)
+            self._resolve(cmd, outcome)
+
+    def _resolve(self, cmd: Command, outcome: Outcome) -> None:
+        """Hand one result to the workflow and run it until it blocks again."""
+        cmd.settled = True
+        if not cmd.future.done():
+            if outcome.error is not None:
+                cmd.future.set_exception(outcome.error)
+            else:
+                try:
+                    cmd.future.set_result(_typed(cmd, outcome.value))
+                except InvalidInput as exc:
+                    cmd.future.set_exception(exc)
+        self.loop.run_until_blocked()
+
+    # --------------------------------------------------------------- lifecycles
+
+    def _start_issued(self) -> None:
+        if self.replaying or self.collect_only or self.fatal or self.stop:
             return
-        if self._task_done() or (self.suspensions and self.in_flight == 0):
-            settled.set_result(None)
+        commands, self._to_start = self._to_start, []
+        for cmd in commands:
+            task = asyncio.get_running_loop().create_task(self._lifecycle(cmd))
+            self._active.add(task)
+            task.add_done_callback(self._lifecycle_done)
 
-    def encode(self, value: Any, what: str) -> str:
-        return encode(value, what, self.max_payload)
+    def _lifecycle_done(self, task: asyncio.Task[None]) -> None:
+        self._active.discard(task)
+        self._changed.set()
 
-    # --------------------------------------------------------------- suspension
+    async def _lifecycle(self, cmd: Command) -> None:
+        try:
+            await cmd.lifecycle(self, cmd)
+        except Exception as exc:
+            if self.is_engine_failure(exc):
+                self.halt(Stop(f"{type(exc).__name__}: {exc}"))
+            elif self.fatal is None:
+                log.error("run %s: step %r: unexpected error", self.run_id, cmd.name,
+                          exc_info=exc)  # fmt: skip
+                self.poison(exc)
 
-    async def suspend(self, wake_at: datetime | None, label: str, retry: bool = False) -> Any:
-        """Ask to park until `wake_at` (None: until woken); never returns."""
-        self.suspensions.append(Suspension(wake_at, label, retry))
-        self.changed()
-        await asyncio.get_running_loop().create_future()
+    @staticmethod
+    def is_engine_failure(exc: BaseException) -> bool:
+        """A failure of the engine's own writes: the run is left to be claimed again."""
+        return isinstance(exc, LeaseLostError | DatabaseUnavailable)
 
-    async def defer_if_parking(self) -> None:
-        """New work waits for the next claim once the run is about to park."""
-        if self.suspensions:
-            await asyncio.get_running_loop().create_future()
+    def halt(self, stop: Stop) -> None:
+        """Stop driving the workflow and interrupt every step body in flight."""
+        if self.stop is None:
+            self.stop = stop
+        for cmd in self.commands.values():
+            if cmd.step_context is not None:
+                cmd.step_context.cancelled.set()
+            if cmd.body is not None:
+                cmd.body.cancel()
+        self._changed.set()
+
+    def interrupt_bodies(self) -> None:
+        for cmd in self.commands.values():
+            if cmd.step_context is not None:
+                cmd.step_context.cancelled.set()
+            if cmd.body is not None:
+                cmd.body.cancel()
+
+    async def _quiesce(self) -> None:
+        """Interrupt bodies still running and wait until every lifecycle has ended."""
+        self.interrupt_bodies()
+        if self._active:
+            await asyncio.wait(list(self._active), timeout=SETTLE_S)
 
     # --------------------------------------------------------------- the run
 
     async def execute(self) -> None:
-        """Run the claim to its end: park, retry, finish, or give up on a lost lease."""
+        """Run the claim to its end: park, retry, finish, or let go."""
+        self._home = asyncio.get_running_loop()
         try:
             with _telemetry.run_span(self.row):
-                if self.collect_only:
-                    await self._compensate_canceled()
-                else:
-                    await self._execute_workflow()
-        except LeaseLostError as exc:
-            log.warning("run %s: %s", self.run_id, exc)
-        except DatabaseUnavailable as exc:
+                await self._execute()
+        except (LeaseLostError, DatabaseUnavailable) as exc:
             log.warning("run %s: %s; it is left to be claimed again", self.run_id, exc)
         finally:
-            for sctx in self.step_contexts:
-                sctx.cancelled.set()
+            self.interrupt_bodies()
+            self.loop.close()
 
-    async def _execute_workflow(self) -> None:
+    async def _execute(self) -> None:
         deadline = self.row["deadline_at"]
-        if deadline is not None and deadline <= self.now():
-            outcome = Outcome(error=DeadlineExceeded(f"run passed its deadline {deadline}"))
-        else:
-            outcome = await self.drive(self._call_workflow(), deadline)
-        if outcome.parked:
+        if not self.collect_only and deadline is not None and deadline <= self.now():
+            self.halt(Stop("deadline", "failed", DeadlineExceeded(
+                f"run passed its deadline {deadline.isoformat()}")))  # fmt: skip
+        timer = None
+        if deadline is not None and self.stop is None:
+            delay = max((deadline - self.now()).total_seconds(), 0)
+            timer = asyncio.get_running_loop().call_later(delay, self.halt, Stop(
+                "deadline", "failed", DeadlineExceeded(
+                    f"run passed its deadline {deadline.isoformat()}")))  # fmt: skip
+        try:
+            main = await self._drive()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        await self._conclude(main)
+
+    async def _drive(self) -> asyncio.Task[Any] | None:
+        """Replay, then run until the workflow ends, everything waits, or it must stop.
+
+        None: the run parked.
+        """
+        main = self.loop.create_task(self._call_workflow())
+        self.loop.run_until_blocked()
+        self._replay()
+        self.replaying = False
+        while not (self.collect_only or self.fatal or self.stop or main.done()):
+            self._start_issued()
+            if not (self._active or self._outbox or self._unsettled or self._to_start):
+                if await self._park():
+                    return None
+                self.poison(WorkflowMisuseError(
+                    "the workflow is blocked on something that is not a durable step "
+                    "(an asyncio primitive nobody will set?); it can never continue"
+                ))  # fmt: skip
+                break
+            self._changed.clear()
+            await self._changed.wait()
+            self._deliver()
+        return main
+
+    def _replay(self) -> None:
+        """Hand back the recorded results in log order, one at a time."""
+        for rec in self.history.log:
+            if self.fatal is not None:
+                return
+            cmd = self.commands.get(rec.position)
+            if cmd is None:
+                self.poison(NonDeterminismError(
+                    rec.position, rec.describe(), "no step there (the code did not reach it)"
+                ))  # fmt: skip
+                return
+            value = None if rec.kind == "sleep" else rec.output
+            if rec.completed:
+                if cmd.compensate is not None:
+                    cmd.value = value
+                    self.compensations.append((rec.seq or 0, cmd))
+                self._resolve(cmd, Outcome(value=value))
+            else:
+                self._resolve(cmd, Outcome(error=error_for(rec)))
+
+    async def _park(self) -> bool:
+        """Everything left waits: park the run until the earliest wake-up. False: nothing waits."""
+        waits = [c.wait for c in self.commands.values() if c.wait is not None and not c.settled]
+        if not waits:
+            return False
+        wakes = [w.wake_at for w in waits if w.wake_at is not None]
+        wake_at = min(wakes) if wakes else None
+        status = "pending" if all(w.retry for w in waits) else "waiting"
+        label = ", ".join(dict.fromkeys(w.label for w in waits))[:500]
+        available = await self.store.park(self.lease, status, wake_at, label)
+        if available is not None:
+            self.on_park((available - self.now()).total_seconds())
+        return True
+
+    async def _conclude(self, main: asyncio.Task[Any] | None) -> None:
+        await self._quiesce()
+        stop = self.stop
+        if stop is not None and stop.status is None:  # let go: someone else continues
+            log.warning("run %s: %s; it is left to be claimed again", self.run_id, stop)
+            if str(stop) == "shutdown":
+                with contextlib.suppress(Exception):
+                    await self.store.release(self.lease)
             return
-        if outcome.error is None:
-            out = self.encode(outcome.value, "the workflow's result")
-            await self._finish("completed", output_json=out)
+        if main is None and stop is None:  # parked
             return
-        await self.flush()
-        error = outcome.error
+        if self.collect_only or (stop is not None and stop.status == "canceled"):
+            await self._compensate()
+            await self._finish("canceled")  # keeps the error the cancel stored
+            return
+        if stop is not None:
+            await self._fail(stop.error, retry=False)
+            return
+        if self.fatal is not None:
+            await self._fail(self.fatal, retry=False)
+            return
+        assert main is not None
+        await self._ended(main)
+
+    async def _ended(self, main: asyncio.Task[Any]) -> None:
+        if main.cancelled():
+            await self._fail(WorkflowMisuseError("the workflow's task was cancelled"), retry=False)
+            return
+        error = main.exception()
+        if error is not None:
+            await self._fail(error, retry=True)
+            return
+        forgotten = [c for c in self.commands.values() if not c.awaited]
+        if forgotten:
+            first = forgotten[0]
+            await self._fail(WorkflowMisuseError(
+                f"step {first.name!r} (position {first.position}) was never awaited: "
+                "did you forget await?"
+            ), retry=False)  # fmt: skip
+            return
+        try:
+            out = self.encode(main.result(), "the workflow's result")
+        except InvalidInput as exc:
+            await self._fail(exc, retry=False)
+            return
+        await self._finish("completed", output_json=out)
+
+    async def _fail(self, error: BaseException, retry: bool) -> None:
         attempts = self.row["attempts"]
-        retryable = not isinstance(
-            error, NonDeterminismError | DeadlineExceeded | StepLimitExceeded
-        )
-        if retryable and attempts < self.row["max_attempts"]:
+        if retry and attempts < self.row["max_attempts"]:
             delay = self.workflow.retry.delay(attempts).total_seconds()
+            log.warning("run %s: attempt %d failed (%s); retrying in %gs",
+                        self.run_id, attempts, error, delay)  # fmt: skip
             await self.store.retry_run(self.lease, describe(error), delay)
             self.on_park(delay)
             return
-        if (await self.drive(self._compensate(), None)).parked:
-            return
+        log.warning("run %s failed: %s", self.run_id, error)
+        await self._compensate()
         await self._finish("failed", error=describe(error))
+
+    async def _compensate(self) -> None:
+        """Run each completed step's undo once, newest first (durably: recorded steps)."""
+        done = self.history.compensations_done()
+        todo = [cmd for _, cmd in sorted(self.compensations, key=lambda c: c[0], reverse=True)]
+        for cmd in todo:
+            if cmd.position not in done:
+                done.add(cmd.position)
+                await run_compensation(self, cmd)
 
     async def _finish(
         self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None
     ) -> None:
-        """End the run; a single held step record rides along, more are written first."""
-        last = self._pending.pop() if len(self._pending) == 1 else None
-        await self.flush()
-        await self.store.finish_run(self.lease, status, output_json, error, last_step=last)
+        await self.store.finish_run(self.lease, status, output_json, error)
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow
@@ -242,75 +475,8 @@ class Execution:
         ctx.input = wf.parse_input(decode(self.row["input"]))
         return await wf.fn(ctx, ctx.input)
 
-    async def drive(self, coro: Coroutine[Any, Any, Any], deadline: datetime | None) -> Outcome:
-        """Run `coro` until it returns, raises, or everything left is waiting (then park)."""
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(coro)
-        self._settled = loop.create_future()
-        self._task_done = task.done
-        task.add_done_callback(lambda _: self.changed())
-        timer = None
-        if deadline is not None:
-            delay = (deadline - self.now()).total_seconds()
-            timer = loop.call_later(max(delay, 0), self._hit_deadline, task)
-        try:
-            await self._settled
-            if not task.done():  # everything left is waiting: park
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopReplay):
-                    await task
-                await self._park()
-                return Outcome(parked=True)
-            if self._deadline_hit:
-                return Outcome(error=DeadlineExceeded(f"run passed its deadline {deadline}"))
-            exc = task.exception() if not task.cancelled() else asyncio.CancelledError()
-            if isinstance(exc, LeaseLostError | DatabaseUnavailable):
-                raise exc
-            if isinstance(exc, StopReplay):
-                return Outcome()
-            return Outcome(value=None if exc else task.result(), error=exc)
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if not task.done():
-                task.cancel()
-                for sctx in self.step_contexts:
-                    sctx.cancelled.set()
 
-    def _hit_deadline(self, task: asyncio.Task[Any]) -> None:
-        self._deadline_hit = True
-        for sctx in self.step_contexts:
-            sctx.cancelled.set()
-        task.cancel()
-
-    async def _park(self) -> None:
-        await self.flush()
-        wakes = [s.wake_at for s in self.suspensions if s.wake_at is not None]
-        wake_at = min(wakes) if wakes else None
-        status = "pending" if all(s.retry for s in self.suspensions) else "waiting"
-        label = ", ".join(dict.fromkeys(s.label for s in self.suspensions))
-        available = await self.store.park(self.lease, status, wake_at, label[:500])
-        if available is not None:
-            self.on_park((available - self.now()).total_seconds())
-
-    # --------------------------------------------------------------- compensation
-
-    async def _compensate(self) -> None:
-        done = self.history.compensations_done()
-        for comp in reversed(self.compensations):
-            if comp.position not in done:
-                await self.steps.run_compensation(comp)
-
-    async def _compensate_canceled(self) -> None:
-        outcome = await self.drive(self._collect_then_compensate(), None)
-        if outcome.parked:
-            return
-        if outcome.error is not None:
-            log.error("run %s: compensation failed: %s", self.run_id, outcome.error)
-        await self._finish("canceled", error=decode(self.row["error"]) or {"type": "Canceled"})
-
-    async def _collect_then_compensate(self) -> None:
-        with contextlib.suppress(StopReplay, Exception):
-            await self._call_workflow()
-        self.collect_only = False
-        await self._compensate()
+def _typed(cmd: Command, value: Any) -> Any:
+    if cmd.result_type is Any:
+        return value
+    return validate(cmd.result_type, value, "a step result")

@@ -1,9 +1,13 @@
-"""A run's recorded history, matched against the workflow code as it replays.
+"""A run's recorded history: the ordered log of results, and what each position holds.
 
-Steps are identified by their call position (the order in which the workflow calls them,
-which deterministic code repeats exactly) and checked by name: a different name where
-history has a step is a `NonDeterminismError`, never a silent re-run. Calls past the end
-of history are new steps and run normally.
+Workflow code issues steps in an order that deterministic code repeats exactly, so a step
+is identified by its position (the n-th step the code issued) and checked by name and kind:
+anything else where history has a step is a `NonDeterminismError`, never a silent re-run.
+
+The results a workflow saw form one log, ordered by `seq` (the order in which they were
+recorded, which is the order the code received them). Replay hands them back in that
+order, one at a time, so concurrent branches see exactly what they saw the first time.
+Only the worker holding the run's lease appends to it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ def _instant(value: Any) -> datetime | None:
 
 @dataclass
 class Recorded:
-    """The latest attempt recorded at one position."""
+    """One recorded step attempt."""
 
     position: int
     attempt: int
@@ -40,69 +44,99 @@ class Recorded:
     wake_at: datetime | None
     output: Any
     error: dict[str, Any] | None
+    seq: int | None = None
+    delivered: bool = False
+    workflow_attempt: int = 1
 
     @property
     def completed(self) -> bool:
         return self.status == "completed"
 
     @property
-    def failed_for_good(self) -> bool:
-        return self.status == "failed" and self.final
+    def resolves(self) -> bool:
+        """The step's outcome as the workflow received it: an entry of the log."""
+        return self.seq is not None and (self.completed or (self.status == "failed" and self.final))
 
     @property
     def waiting(self) -> bool:
         """A sleep, signal wait or child wait that has not ended yet."""
         return self.status == "running" and self.kind in ("sleep", "signal-wait", "child")
 
+    def describe(self) -> str:
+        return f"{self.kind} step {self.step!r}"
+
+    @classmethod
+    def from_entry(cls, e: dict[str, Any]) -> Recorded:
+        return cls(
+            position=e["position"], attempt=e["attempt"], step=e["step"], kind=e["kind"],
+            status=e["status"], final=bool(e["final"]), compensable=bool(e["compensable"]),
+            signal=e.get("signal"), child_run_id=e.get("child_run_id"),
+            wake_at=_instant(e.get("wake_at")), output=e.get("output"), error=e.get("error"),
+            seq=e.get("seq"), delivered=bool(e.get("delivered")),
+            workflow_attempt=e.get("workflow_attempt", 1),
+        )  # fmt: skip
+
 
 class History:
-    """Latest attempt and failure count per position, from the claim's history JSON.
+    """What one claim starts from.
 
-    Failures count within the current workflow attempt: a workflow retry gives each step
-    a fresh budget, and a step that failed for good in an earlier attempt runs again.
+    A workflow retry (attempt n > 1) keeps the results of earlier attempts up to the first
+    step that failed for good, in log order; everything after it may have depended on that
+    failure, so those steps run again (with a fresh retry budget) if the code calls them.
     """
 
     def __init__(self, entries: list[dict[str, Any]], workflow_attempt: int = 1) -> None:
-        self.attempts = len(entries)
+        rows = [Recorded.from_entry(e) for e in entries]
+        self.attempts = len(rows)
+        self.max_seq = max((r.seq or 0 for r in rows), default=0)
+        self._last_attempt: dict[int, int] = {}
+        for r in rows:
+            self._last_attempt[r.position] = max(r.attempt, self._last_attempt.get(r.position, 0))
+        earlier_failures = [
+            r.seq for r in rows
+            if r.workflow_attempt < workflow_attempt and r.resolves and not r.completed
+        ]  # fmt: skip
+        cut = min((s for s in earlier_failures if s is not None), default=None)
+
+        def counts(r: Recorded) -> bool:
+            if r.workflow_attempt >= workflow_attempt:
+                return True
+            return r.resolves and r.completed and (cut is None or (r.seq or 0) < cut)
+
         self._latest: dict[int, Recorded] = {}
         self._failures: dict[int, int] = {}
-        for e in entries:
-            rec = Recorded(
-                position=e["position"], attempt=e["attempt"], step=e["step"], kind=e["kind"],
-                status=e["status"], final=bool(e["final"]), compensable=bool(e["compensable"]),
-                signal=e.get("signal"), child_run_id=e.get("child_run_id"),
-                wake_at=_instant(e.get("wake_at")), output=e.get("output"),
-                error=e.get("error"),
-            )  # fmt: skip
-            current = e.get("workflow_attempt", 1) >= workflow_attempt
-            if rec.status == "failed" and current:
-                self._failures[rec.position] = self._failures.get(rec.position, 0) + 1
-            if not current:
-                rec.final = False  # an earlier workflow attempt's failure: try again
-            self._latest[rec.position] = rec
+        for r in sorted((r for r in rows if counts(r)), key=lambda r: (r.position, r.attempt)):
+            if r.status == "failed":
+                self._failures[r.position] = self._failures.get(r.position, 0) + 1
+            self._latest[r.position] = r
+        self.log = sorted(
+            (r for r in self._latest.values() if r.position >= 0 and r.resolves),
+            key=lambda r: r.seq or 0,
+        )
 
     @classmethod
     def parse(cls, text: str | None, workflow_attempt: int = 1) -> History:
         return cls(json.loads(text) if text else [], workflow_attempt)
 
-    def at(self, position: int, name: str) -> Recorded | None:
-        """What history holds at `position`, checked against the step name the code calls."""
+    def at(self, position: int, name: str, kind: str) -> Recorded | None:
+        """What history holds at `position`, checked against the step the code issues."""
         rec = self._latest.get(position)
-        if rec is not None and rec.step != name:
-            raise NonDeterminismError(position, rec.step, name)
+        if rec is not None and (rec.step != name or rec.kind != kind):
+            raise NonDeterminismError(position, rec.describe(), f"{kind} step {name!r}")
         return rec
 
     def failures(self, position: int) -> int:
         return self._failures.get(position, 0)
 
     def next_attempt(self, position: int) -> int:
-        rec = self._latest.get(position)
-        return rec.attempt + 1 if rec is not None else 1
+        return self._last_attempt.get(position, 0) + 1
+
+    def took_attempt(self, position: int, attempt: int) -> None:
+        self._last_attempt[position] = max(attempt, self._last_attempt.get(position, 0))
+
+    def failed(self, position: int) -> None:
+        self._failures[position] = self._failures.get(position, 0) + 1
 
     def compensations_done(self) -> set[int]:
         """Positions whose compensation (recorded at -(p + 1)) has completed."""
         return {-pos - 1 for pos, rec in self._latest.items() if pos < 0 and rec.completed}
-
-    def record(self, rec: Recorded) -> None:
-        """Note an attempt recorded during this execution."""
-        self._latest[rec.position] = rec

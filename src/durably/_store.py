@@ -7,14 +7,16 @@ clients call (start, signal, cancel) may run inside the caller's own transaction
 
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from ._codec import decode, encode
 from ._errors import (
+    DatabaseUnavailable,
     IdempotencyConflictError,
     LeaseLostError,
     RunNotFound,
@@ -52,31 +54,50 @@ class NewRun:
     parent_run_id: str | None = None
     run_id: str | None = None
     trace_context: str | None = None
+    parent_close: str = "cancel"
 
 
-@dataclass(frozen=True)
+@dataclass
 class PendingStep:
-    """A completed step whose record has not been written yet."""
+    """A step attempt's end, to be recorded (alone or by group commit).
+
+    `seq` is set when the record resolves the step for the workflow (the next entry of the
+    run's log); `wake_at`, on a failure that will be retried, is when.
+    """
 
     position: int
     attempt: int
     name: str
     kind: str
-    output_json: str
-    compensable: bool
-    elapsed_s: float
-
-    NONE: ClassVar[dict[str, Any]] = {
-        "step_position": None, "step_attempt": None, "step_name": None, "step_kind": None,
-        "step_output": None, "step_compensable": None, "step_elapsed_s": None,
-    }  # fmt: skip
+    status: str
+    output_json: str | None = None
+    error: dict[str, Any] | None = None
+    final: bool = False
+    compensable: bool = False
+    elapsed_s: float = 0.0
+    wake_at: datetime | None = None
+    seq: int | None = None
 
     def params(self) -> dict[str, Any]:
         return {
-            "step_position": self.position, "step_attempt": self.attempt,
-            "step_name": self.name, "step_kind": self.kind, "step_output": self.output_json,
-            "step_compensable": self.compensable, "step_elapsed_s": self.elapsed_s,
+            "position": self.position, "attempt": self.attempt, "step": self.name,
+            "kind": self.kind, "status": self.status, "output": self.output_json,
+            "error": encode(self.error, "error") if self.error else None,
+            "final": self.final, "compensable": self.compensable,
+            "elapsed_s": self.elapsed_s, "seq": self.seq, "wake_at": self.wake_at,
         }  # fmt: skip
+
+    def batch_entry(self, lease: Lease) -> str:
+        head = json.dumps({
+            "run_id": lease.run_id, "fence": lease.fence, "position": self.position,
+            "attempt": self.attempt, "step": self.name, "kind": self.kind,
+            "status": self.status, "final": self.final, "compensable": self.compensable,
+            "error": self.error, "elapsed_s": self.elapsed_s,
+            "workflow_attempt": lease.workflow_attempt, "seq": self.seq,
+            "wake_s": self.wake_at.timestamp() if self.wake_at else None,
+        })  # fmt: skip
+        # The output is JSON text already: spliced in, not parsed and dumped again.
+        return f'{head[:-1]}, "output": {self.output_json or "null"}}}'
 
 
 class Store:
@@ -111,6 +132,7 @@ class Store:
             deadline_at=new.deadline_at,
             parent_run_id=new.parent_run_id,
             trace_context=new.trace_context,
+            parent_close=new.parent_close,
             channel=self.channel,
         )
         if rows:
@@ -276,12 +298,12 @@ class Store:
     async def worker_gone(self, worker_id: str) -> None:
         await self.db.fetch("worker_gone", worker_id=worker_id)
 
-    async def check_held(self, worker_id: str, held: dict[str, int]) -> set[str]:
-        """Of the runs in `held`, those this worker still owns (without renewing)."""
+    async def check_held(self, worker_id: str, held: dict[str, int]) -> dict[str, str]:
+        """Of the runs in `held`, those this worker still owns, with their status."""
         rows = await self.db.fetch(
             "check_held", worker_id=worker_id, ids=list(held), fences=list(held.values())
         )
-        return {r["id"] for r in rows}
+        return {r["id"]: r["status"] for r in rows}
 
     async def record_start(
         self,
@@ -307,75 +329,130 @@ class Store:
         wake_at: datetime | None = rows[0]["wake_at"]
         return wake_at
 
-    async def record_finish(
-        self,
-        lease: Lease,
-        position: int,
-        attempt: int,
-        step: str,
-        kind: str,
-        status: str,
-        *,
-        output_json: str | None = None,
-        error: dict[str, Any] | None = None,
-        final: bool = False,
-        compensable: bool = False,
-        elapsed_s: float = 0.0,
-        tx: Tx | None = None,
-    ) -> None:
-        """Record an attempt's end; LeaseLostError (nothing written) without a live lease."""
-        rows = await (tx.fetch if tx else self.db.fetch)(
-            "record_finish", **lease.params(), position=position, attempt=attempt, step=step,
-            kind=kind, status=status, final=final, compensable=compensable,
-            output=output_json, error=encode(error, "error") if error else None,
-            elapsed_s=elapsed_s,
-        )  # fmt: skip
+    async def record_finish(self, lease: Lease, step: PendingStep, tx: Tx) -> None:
+        """Record an attempt's end in `tx`; LeaseLostError (nothing written) without a live
+        lease, or if the attempt was already recorded completed."""
+        rows = await tx.fetch("record_finish", **lease.params(), **step.params())
         if not rows:
             raise LeaseLostError(
-                f"lost the lease on run {lease.run_id}; the result of step {step!r} was not "
-                "recorded and another worker will run it"
+                f"lost the lease on run {lease.run_id}; the result of step {step.name!r} was "
+                "not recorded and another worker will run it"
             )
 
     async def record_many(
         self, worker_id: str, items: list[tuple[Lease, PendingStep]]
     ) -> set[tuple[str, int, int]]:
-        """Record completed steps of several runs in one statement, each under its own
+        """Record step attempts of several runs in one statement, each under its own
         lease; the (run, position, attempt) keys that were written."""
-        batch = "[" + ",".join(
-            f'{{"run_id":{json.dumps(lease.run_id)},"fence":{lease.fence},'
-            f'"position":{s.position},"attempt":{s.attempt},"step":{json.dumps(s.name)},'
-            f'"kind":{json.dumps(s.kind)},"output":{s.output_json},'
-            f'"compensable":{json.dumps(s.compensable)},"elapsed_s":{s.elapsed_s!r},'
-            f'"workflow_attempt":{lease.workflow_attempt}}}'
-            for lease, s in items
-        ) + "]"  # fmt: skip
+        batch = "[" + ",".join(step.batch_entry(lease) for lease, step in items) + "]"
         rows = await self.db.fetch("record_many", worker_id=worker_id, batch=batch)
         return {(r["run_id"], r["position"], r["attempt"]) for r in rows}
 
     async def resolve_wait(
         self,
-        tx: Tx,
         lease: Lease,
         position: int,
         attempt: int,
+        signal: str | None,
         status: str,
         output_json: str | None,
-        error: dict[str, Any] | None = None,
-    ) -> Row | None:
-        """End a wait that is still running; if something else ended it first, its row."""
-        rows = await tx.fetch(
-            "resolve_wait", **lease.params(), position=position, attempt=attempt,
-            status=status, final=status == "failed", output=output_json,
-            error=encode(error, "error") if error else None,
-        )  # fmt: skip
-        if rows:
-            return None
-        current = await tx.fetch(
-            "get_attempt", run_id=lease.run_id, position=position, attempt=attempt
-        )
-        if not current or current[0]["status"] == "running":
+        error: dict[str, Any] | None,
+        seq: int,
+    ) -> str | None:
+        """End a wait as log entry `seq`; the output stored (a delivered signal's data)."""
+        async with self.db.transaction() as tx:
+            if signal is not None:
+                await self.lock_signal(tx, signal)
+            rows = await tx.fetch(
+                "resolve_wait", **lease.params(), position=position, attempt=attempt,
+                status=status, output=output_json, seq=seq,
+                error=encode(error, "error") if error else None,
+            )  # fmt: skip
+        if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id}")
-        return current[0]
+        output: str | None = rows[0]["output"]
+        return output
+
+    async def begin_signal_wait(
+        self, lease: Lease, position: int, attempt: int, step: str, signal: str,
+        timeout_s: float | None, seq: int,
+    ) -> tuple[str | None, datetime | None]:  # fmt: skip
+        """Take a buffered signal (recorded as log entry `seq`), or record the wait;
+        (the signal's data or None, the wait's timeout)."""
+        async with self.db.transaction() as tx:
+            taken = await self.take_signal(tx, signal, lease.run_id)
+            if taken is not None:
+                await self.record_finish(lease, PendingStep(
+                    position, attempt, step, "signal-wait", "completed",
+                    output_json=taken["data"], seq=seq,
+                ), tx)  # fmt: skip
+                return taken["data"] or "null", None
+            wake_at = await self.record_start(
+                lease, position, attempt, step, "signal-wait", tx=tx, signal=signal,
+                wait_s=timeout_s,
+            )  # fmt: skip
+        return None, wake_at
+
+    async def send_signal_step(
+        self, lease: Lease, position: int, attempt: int, step: str, seq: int, signal: str,
+        data_json: str, key: str | None, run_id: str | None, encode_result: Any,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Send a signal and record the sending step (log entry `seq`) in one transaction."""
+        async with self.db.transaction() as tx:
+            await self.check_lease(tx, lease)
+            result = await self.send_signal_in(tx, signal, data_json, key, run_id)
+            await self.record_finish(lease, PendingStep(
+                position, attempt, step, "signal-send", "completed",
+                output_json=encode_result(result), seq=seq,
+            ), tx)  # fmt: skip
+        self.db.notify_local("run")
+        return result
+
+    async def start_child(
+        self, lease: Lease, position: int, attempt: int, step: str, new: NewRun,
+        timeout_s: float | None,
+    ) -> datetime | None:  # fmt: skip
+        """Start a child run and record the parent's wait for it; the wait's timeout."""
+        async with self.db.transaction() as tx:
+            await self.check_lease(tx, lease)
+            await self.insert_run(tx, new)
+            wake_at = await self.record_start(
+                lease, position, attempt, step, "child", tx=tx, child_run_id=new.run_id,
+                wait_s=timeout_s,
+            )  # fmt: skip
+        self.db.notify_local("run")
+        return wake_at
+
+    async def transact(
+        self, lease: Lease, position: int, attempt: int, step: str, seq: int,
+        fn: Any, args: tuple[Any, ...], encode_result: Any,
+    ) -> str:  # fmt: skip
+        """`fn(conn, *args)`, the lease check and the step's record in one transaction;
+        the recorded output.
+
+        If the connection fails at COMMIT, the transaction may have committed without
+        telling us: the record (same run, position and attempt) says which.
+        """
+        output: str | None = None
+        try:
+            async with self.db.transaction() as tx:
+                await self.check_lease(tx, lease)
+                result = fn(tx.connection, *args)
+                if inspect.isawaitable(result):
+                    result = await result
+                output = encode_result(result)
+                await self.record_finish(lease, PendingStep(
+                    position, attempt, step, "transaction", "completed", output_json=output,
+                    seq=seq,
+                ), tx)  # fmt: skip
+        except DatabaseUnavailable:
+            if output is None:
+                raise
+            row = await self.get_attempt(lease.run_id, position, attempt)
+            if row is None or row["status"] != "completed":
+                raise
+        assert output is not None
+        return output
 
     async def lock_signal(self, tx: Tx, name: str) -> None:
         """Serialize with every send and wait on `name` until `tx` ends."""
@@ -421,17 +498,35 @@ class Store:
         status: str,
         output_json: str | None = None,
         error: dict[str, Any] | None = None,
-        last_step: PendingStep | None = None,
-    ) -> None:
-        """End the run; `last_step`, a completed step not yet recorded, commits with it."""
-        step = last_step.params() if last_step else PendingStep.NONE
-        rows = await self.db.fetch(
-            "finish_run", **lease.params(), status=status, output=output_json,
-            error=encode(error, "error") if error else None, channel=self.channel, **step,
-        )  # fmt: skip
-        if not rows:
-            raise LeaseLostError(f"lost the lease on run {lease.run_id}; its end was not recorded")
+    ) -> bool:
+        """End the run and cancel the children it leaves behind (unless they were started
+        to be abandoned). False: the run was canceled meanwhile (it is still ours)."""
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "finish_run", **lease.params(), status=status, output=output_json,
+                error=encode(error, "error") if error else None, channel=self.channel,
+                token=uuid.uuid4().hex,
+            )  # fmt: skip
+            if not rows:
+                held = await tx.fetch("check_lease", **lease.params())
+                if held:  # a cancel arrived: the caller compensates and ends it canceled
+                    return False
+                raise LeaseLostError(
+                    f"lost the lease on run {lease.run_id}; its end was not recorded"
+                )
+            canceled = []
+            for child in await tx.fetch("live_children", run_id=lease.run_id):
+                canceled += await tx.fetch(
+                    "cancel_tree", run_id=child["id"], channel=self.channel,
+                    token=uuid.uuid4().hex, error=encode({
+                        "type": "ParentClosed",
+                        "message": f"parent run {lease.run_id} ended {status}",
+                    }, "error"),
+                )  # fmt: skip
+        for row in canceled:
+            self.db.notify_local(f"cancel:{row['id']}")
         self.db.notify_local("run")
+        return True
 
     async def get_attempt(self, run_id: str, position: int, attempt: int) -> Row | None:
         rows = await self.db.fetch("get_attempt", run_id=run_id, position=position, attempt=attempt)

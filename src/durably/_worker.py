@@ -16,11 +16,11 @@ import signal
 import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
-from ._execution import Execution
+from ._execution import Execution, Stop
 from ._recorder import StepRecorder
 from .backends import Row
 
@@ -198,7 +198,7 @@ class Worker:
 
     def _on_message(self, message: str) -> None:
         if message.startswith("cancel:"):
-            self._abort(message.removeprefix("cancel:"), "the run was canceled")
+            self._halt(message.removeprefix("cancel:"), Stop("canceled", "canceled"))
         elif message == "changed" and self.running:
             # SQLite: some commit happened, maybe our own. Check our runs are still ours;
             # new work waits for the next batch (a busy worker claims in batches anyway).
@@ -211,17 +211,19 @@ class Worker:
         held = self._held()
         with contextlib.suppress(DatabaseUnavailable):
             still = await self.app.store.check_held(self.worker_id, held)
-            for run_id in set(held) - still:
-                self._abort(run_id, "the run was canceled or taken over")
+            for run_id in held:
+                if run_id not in still:
+                    self._halt(run_id, Stop("the run was taken over"))
+                elif still[run_id] == "canceled":
+                    self._halt(run_id, Stop("canceled", "canceled"))
         await asyncio.sleep(0.1)  # at most ten checks a second
 
-    def _abort(self, run_id: str, why: str) -> None:
+    def _halt(self, run_id: str, stop: Stop) -> None:
+        """Stop executing a run: its step bodies are interrupted at once."""
         entry = self.running.get(run_id)
-        if entry is not None:
-            log.warning("run %s: %s; cancelling its step bodies", run_id, why)
-            for sctx in entry[0].step_contexts:
-                sctx.cancelled.set()
-            entry[1].cancel()
+        if entry is not None and entry[0].stop is None:
+            log.warning("run %s: %s; interrupting its step bodies", run_id, stop)
+            entry[0].halt(stop)
 
     # --------------------------------------------------------------- leases
 
@@ -238,7 +240,7 @@ class Worker:
             if run_id in still:
                 self._lease_until[run_id] = sent + self.lease_s
             else:
-                self._abort(run_id, "its lease was lost")
+                self._halt(run_id, Stop("its lease was lost"))
 
     async def _heartbeat_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -256,7 +258,7 @@ class Worker:
             now = loop.time()
             for run_id, until in list(self._lease_until.items()):
                 if until <= now:
-                    self._abort(run_id, "its lease expired before it could be renewed")
+                    self._halt(run_id, Stop("its lease expired before it could be renewed"))
             await asyncio.sleep(self._next_beat(loop.time()))
 
     def _next_beat(self, now: float) -> float:
@@ -271,11 +273,8 @@ class Worker:
         log.info("draining %d runs (up to %.0fs)", len(self.running), self.grace_s)
         tasks = [task for _, task in self.running.values()]
         await asyncio.wait(tasks, timeout=self.grace_s)
-        leftover: list[Any] = [x for x, task in self.running.values() if not task.done()]
-        for x in leftover:
-            self._abort(x.run_id, "the worker is shutting down")
+        for x, task in list(self.running.values()):
+            if not task.done():
+                self._halt(x.run_id, Stop("shutdown"))
         await asyncio.gather(*(task for _, task in self.running.values()),
                              return_exceptions=True)  # fmt: skip
-        for x in leftover:
-            with contextlib.suppress(Exception):
-                await self.app.store.release(x.lease)

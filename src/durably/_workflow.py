@@ -59,6 +59,7 @@ class Workflow:
         deadline_at: datetime | str | None = None,
         parent_run_id: str | None = None,
         run_id: str | None = None,
+        parent_close: str = "cancel",
     ) -> NewRun:
         """Validate and encode a start request (nothing is written)."""
         if self.takes_input:
@@ -77,6 +78,7 @@ class Workflow:
             deadline_at=parse_instant(deadline_at) if deadline_at is not None else None,
             parent_run_id=parent_run_id,
             run_id=run_id,
+            parent_close=parent_close,
         )
 
     async def start(

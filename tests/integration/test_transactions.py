@@ -131,7 +131,9 @@ async def test_start_inside_the_callers_transaction(db_url: str) -> None:
 async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
     app = Durably(db_url, migrate=False)
     first = await app.migrate()
-    assert first == ["0001_init.sql", "0002_workers.sql", "0003_workflow_attempt.sql"]
+    assert first == [
+        "0001_init.sql", "0002_workers.sql", "0003_workflow_attempt.sql", "0004_log_order.sql"
+    ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))
     await app.close()

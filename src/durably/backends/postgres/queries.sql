@@ -6,11 +6,11 @@
 -- name: insert_run
 WITH ins AS (
     INSERT INTO {schema}.runs (id, namespace, workflow, version, status, input, idempotency_key,
-        max_attempts, available_at, deadline_at, parent_run_id, trace_context)
+        max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close)
     VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS jsonb),
         :idempotency_key, :max_attempts,
         LEAST(COALESCE(CAST(:available_at AS timestamptz), now()), CAST(:deadline_at AS timestamptz)),
-        :deadline_at, :parent_run_id, CAST(:trace_context AS jsonb))
+        :deadline_at, :parent_run_id, CAST(:trace_context AS jsonb), :parent_close)
     ON CONFLICT DO NOTHING
     RETURNING *
 ), notified AS (
@@ -79,7 +79,8 @@ WITH due AS (
 SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned,
     (SELECT json_agg(h ORDER BY h.position, h.attempt) FROM (
         SELECT position, attempt, step, kind, status, final, compensable, signal, child_run_id,
-               wake_at, output, error, workflow_attempt
+               wake_at, output, error, workflow_attempt, seq,
+               delivered_at IS NOT NULL AS delivered
         FROM {schema}.step_attempts s WHERE s.run_id = claimed.id) h)::text AS history
 FROM claimed;
 
@@ -90,12 +91,20 @@ WHERE available_at IS NOT NULL
       (SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])));
 
 -- name: heartbeat
+-- Rows are locked in id order, as the group commit locks them: no deadlock between them.
+WITH held AS (
+    SELECT r.id FROM {schema}.runs r
+    JOIN unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS h(id, fence)
+      ON r.id = h.id AND r.fence = h.fence
+    WHERE r.worker_id = :worker_id AND r.lease_expires_at > now()
+      AND (r.status = 'running' OR r.compensating)
+    ORDER BY r.id
+    FOR UPDATE
+)
 UPDATE {schema}.runs r SET
     lease_expires_at = now() + :lease * interval '1 second',
     available_at = now() + :lease * interval '1 second'
-FROM unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS h(id, fence)
-WHERE r.id = h.id AND r.fence = h.fence AND r.worker_id = :worker_id
-  AND r.lease_expires_at > now() AND (r.status = 'running' OR r.compensating)
+FROM held WHERE r.id = held.id
 RETURNING r.id;
 
 -- name: check_lease
@@ -120,6 +129,8 @@ ON CONFLICT (run_id, position, attempt) DO NOTHING
 RETURNING wake_at;
 
 -- name: record_finish
+-- A completed record is never overwritten: a late failure or cancel of the same attempt
+-- (e.g. after a lost COMMIT reply) leaves it alone and returns nothing.
 WITH lease AS (
     SELECT 1 FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
@@ -127,14 +138,18 @@ WITH lease AS (
     FOR SHARE
 )
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
-    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt)
+    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
+    seq, wake_at)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
     :worker_id, CAST(:output AS jsonb), CAST(:error AS jsonb),
-    now() - CAST(:elapsed_s AS float8) * interval '1 second', now(), :workflow_attempt
+    now() - CAST(:elapsed_s AS float8) * interval '1 second', now(), :workflow_attempt,
+    :seq, CAST(:wake_at AS timestamptz)
 FROM lease
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, final = excluded.final, compensable = excluded.compensable,
-    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at
+    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
+    seq = excluded.seq, wake_at = excluded.wake_at
+WHERE {schema}.step_attempts.status <> 'completed'
 RETURNING id;
 
 -- name: get_attempt
@@ -142,17 +157,23 @@ SELECT * FROM {schema}.step_attempts
 WHERE run_id = :run_id AND position = :position AND attempt = :attempt;
 
 -- name: resolve_wait
+-- End a wait as the next entry of the run's log. A signal already delivered to it keeps
+-- its data (a timeout that raced it loses); the stored output is returned.
 WITH lease AS (
     SELECT 1 FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
     FOR SHARE
 )
-UPDATE {schema}.step_attempts SET status = :status, final = :final,
-    output = CAST(:output AS jsonb), error = CAST(:error AS jsonb), finished_at = now()
+UPDATE {schema}.step_attempts SET
+    status = CASE WHEN delivered_at IS NOT NULL THEN 'completed' ELSE :status END,
+    final = (delivered_at IS NULL AND :status = 'failed'),
+    output = CASE WHEN delivered_at IS NOT NULL THEN output ELSE CAST(:output AS jsonb) END,
+    error = CASE WHEN delivered_at IS NOT NULL THEN NULL ELSE CAST(:error AS jsonb) END,
+    seq = :seq, finished_at = now()
 WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND status = 'running'
   AND EXISTS (SELECT 1 FROM lease)
-RETURNING id;
+RETURNING status, output::text AS output, error::text AS error;
 
 -- name: park
 UPDATE {schema}.runs SET
@@ -182,28 +203,22 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
 -- name: finish_run
--- The run's last step may ride along (step_* parameters; NULL when there is none): its
--- record and the run's end commit together, one round trip for both. The step is written
--- from `done`'s RETURNING, so only if the fenced update of the run happened.
+-- The run's end; whatever of it is still `running` (a wait, a body interrupted by the end)
+-- is canceled, so a finished run has no attempt left running. A cancel's error is kept.
 WITH done AS (
     UPDATE {schema}.runs SET
-        status = :status, output = CAST(:output AS jsonb), error = CAST(:error AS jsonb),
+        status = :status, output = CAST(:output AS jsonb),
+        error = COALESCE(CAST(:error AS jsonb), error),
         available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = false,
         finished_at = COALESCE(finished_at, now()), updated_at = now()
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
+      AND (status <> 'canceled' OR :status = 'canceled')
     RETURNING id, parent_run_id
-), step AS (
-    INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status,
-        compensable, fence, worker_id, output, started_at, finished_at, workflow_attempt)
-    SELECT done.id, :step_position, :step_attempt, :step_name, :step_kind, 'completed',
-        :step_compensable, :fence, :worker_id, CAST(:step_output AS jsonb),
-        now() - CAST(:step_elapsed_s AS float8) * interval '1 second', now(), :workflow_attempt
-    FROM done WHERE CAST(:step_position AS integer) IS NOT NULL
-    ON CONFLICT (run_id, position, attempt) DO UPDATE SET
-        status = excluded.status, compensable = excluded.compensable,
-        output = excluded.output, finished_at = excluded.finished_at
-    RETURNING id
+), leftover AS (
+    UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
+    FROM done WHERE a.run_id = done.id AND a.status = 'running'
+    RETURNING a.id
 ), parent AS (
     UPDATE {schema}.runs p SET
         wake_requested = (p.status = 'running'),
@@ -215,25 +230,44 @@ WITH done AS (
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
 )
-SELECT done.id, (SELECT count(*) FROM notified) AS notified, (SELECT count(*) FROM step) AS steps
+SELECT done.id, (SELECT count(*) FROM notified) AS notified,
+    (SELECT count(*) FROM leftover) AS leftover
 FROM done;
 
+-- name: live_children
+-- Children to cancel because their parent ended first.
+SELECT id FROM {schema}.runs
+WHERE parent_run_id = :run_id AND parent_close = 'cancel'
+  AND status IN ('pending', 'running', 'waiting');
+
 -- name: cancel_tree
+-- A run whose worker holds a live lease keeps it (fence and worker): it is marked canceled
+-- and `compensating`, and that worker interrupts its bodies, records what already
+-- finished (a completed record replaces `canceled`), compensates and ends it. Any other
+-- run becomes claimable for its compensations if it has any. Running attempts of both
+-- are canceled here.
 WITH RECURSIVE tree AS (
     SELECT id FROM {schema}.runs WHERE id = :run_id
     UNION ALL
     SELECT c.id FROM {schema}.runs c JOIN tree ON c.parent_run_id = tree.id
+    WHERE c.parent_close = 'cancel'
 ), canceled AS (
     UPDATE {schema}.runs r SET
-        status = 'canceled', fence = r.fence + 1, worker_id = NULL, lease_expires_at = NULL,
-        error = CAST(:error AS jsonb), finished_at = now(), updated_at = now(),
-        compensating = EXISTS (SELECT 1 FROM {schema}.step_attempts s
-                               WHERE s.run_id = r.id AND s.compensable AND s.status = 'completed'),
-        available_at = CASE WHEN EXISTS (SELECT 1 FROM {schema}.step_attempts s
-                               WHERE s.run_id = r.id AND s.compensable AND s.status = 'completed')
-                            THEN now() END
+        status = 'canceled', error = CAST(:error AS jsonb), finished_at = now(),
+        updated_at = now(),
+        fence = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.fence ELSE r.fence + 1 END,
+        worker_id = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.worker_id END,
+        compensating = COALESCE(r.lease_expires_at > now(), false) OR EXISTS (
+            SELECT 1 FROM {schema}.step_attempts s
+            WHERE s.run_id = r.id AND s.compensable AND s.status = 'completed'),
+        available_at = CASE
+            WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.available_at
+            WHEN EXISTS (SELECT 1 FROM {schema}.step_attempts s
+                         WHERE s.run_id = r.id AND s.compensable AND s.status = 'completed')
+            THEN now() END,
+        lease_expires_at = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.lease_expires_at END
     FROM tree WHERE r.id = tree.id AND r.status IN ('pending', 'running', 'waiting')
-    RETURNING r.id, r.parent_run_id
+    RETURNING r.id, r.parent_run_id, r.worker_id
 ), attempts AS (
     UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
     FROM canceled WHERE a.run_id = canceled.id AND a.status = 'running'
@@ -268,10 +302,10 @@ WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency
 
 -- name: deliver_signal
 WITH waits AS (
-    UPDATE {schema}.step_attempts a SET status = 'completed', output = CAST(:data AS jsonb),
-        finished_at = now()
+    UPDATE {schema}.step_attempts a SET output = CAST(:data AS jsonb), delivered_at = now()
     FROM {schema}.runs r
     WHERE a.kind = 'signal-wait' AND a.status = 'running' AND a.signal = :name
+      AND a.delivered_at IS NULL
       AND r.id = a.run_id AND r.namespace = :namespace
       AND r.status IN ('pending', 'running', 'waiting')
       AND (CAST(:run_id AS text) IS NULL OR a.run_id = :run_id)
@@ -311,7 +345,7 @@ SELECT table_schema || '.' || table_name AS name FROM information_schema.tables
 WHERE table_schema = :schema ORDER BY table_name;
 
 -- name: check_held
-SELECT r.id FROM {schema}.runs r
+SELECT r.id, r.status FROM {schema}.runs r
 JOIN unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS h(id, fence)
   ON r.id = h.id AND r.fence = h.fence
 WHERE r.worker_id = :worker_id AND (r.status = 'running' OR r.compensating);
@@ -354,24 +388,31 @@ UNION ALL
 SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers;
 
 -- name: record_many
--- Group commit: completed steps of several runs held by one worker, as a JSON array. A
--- row is written only if its run's lease (same fence) is still this worker's.
+-- Group commit: step records of several runs held by one worker, as a JSON array. A row
+-- is written only if its run's lease (same fence) is still this worker's; a completed
+-- record is never overwritten. Run rows are locked in id order (as the heartbeat does).
 WITH v AS (
     SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
-        position integer, attempt integer, step text, kind text, output jsonb,
-        compensable boolean, elapsed_s float8, workflow_attempt integer)
+        position integer, attempt integer, step text, kind text, status text, final boolean,
+        output jsonb, error jsonb, compensable boolean, elapsed_s float8,
+        workflow_attempt integer, seq integer, wake_s float8)
 ), lease AS (
     SELECT r.id, r.fence FROM {schema}.runs r
     WHERE r.id IN (SELECT run_id FROM v) AND r.worker_id = :worker_id
       AND r.lease_expires_at > now() AND (r.status = 'running' OR r.compensating)
+    ORDER BY r.id
     FOR SHARE
 )
-INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status,
-    compensable, fence, worker_id, output, started_at, finished_at, workflow_attempt)
-SELECT v.run_id, v.position, v.attempt, v.step, v.kind, 'completed', v.compensable, v.fence,
-    :worker_id, v.output, now() - v.elapsed_s * interval '1 second', now(), v.workflow_attempt
+INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
+    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
+    seq, wake_at)
+SELECT v.run_id, v.position, v.attempt, v.step, v.kind, v.status, v.final, v.compensable,
+    v.fence, :worker_id, v.output, v.error, now() - v.elapsed_s * interval '1 second', now(),
+    v.workflow_attempt, v.seq, to_timestamp(v.wake_s)
 FROM v JOIN lease ON lease.id = v.run_id AND lease.fence = v.fence
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
-    status = excluded.status, compensable = excluded.compensable,
-    output = excluded.output, finished_at = excluded.finished_at
+    status = excluded.status, final = excluded.final, compensable = excluded.compensable,
+    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
+    seq = excluded.seq, wake_at = excluded.wake_at
+WHERE {schema}.step_attempts.status <> 'completed'
 RETURNING run_id, position, attempt;

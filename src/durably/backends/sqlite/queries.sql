@@ -6,11 +6,12 @@
 
 -- name: insert_run
 INSERT INTO {schema}_runs (id, namespace, workflow, version, status, input, idempotency_key,
-    max_attempts, available_at, deadline_at, parent_run_id, trace_context, created_at, updated_at)
+    max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
+    created_at, updated_at)
 VALUES (:id, :namespace, :workflow, :version, 'pending', :input, :idempotency_key,
     :max_attempts,
     min(coalesce(:available_at, now()), coalesce(:deadline_at, :available_at, now())),
-    :deadline_at, :parent_run_id, :trace_context, now(), now())
+    :deadline_at, :parent_run_id, :trace_context, :parent_close, now(), now())
 ON CONFLICT DO NOTHING
 RETURNING *, 0 AS notified;
 
@@ -74,7 +75,8 @@ SELECT r.*, now() AS db_now, 0 AS abandoned,
         'status', status, 'final', final, 'compensable', compensable, 'signal', signal,
         'child_run_id', child_run_id, 'wake_at', wake_at,
         'output', json(output), 'error', json(error),
-        'workflow_attempt', workflow_attempt))
+        'workflow_attempt', workflow_attempt, 'seq', seq,
+        'delivered', delivered_at IS NOT NULL))
      FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
            ORDER BY position, attempt)) AS history
 FROM {schema}_runs r WHERE claim_token = :token;
@@ -111,16 +113,20 @@ ON CONFLICT (run_id, position, attempt) DO NOTHING
 RETURNING CASE WHEN :wait_s IS NULL THEN NULL ELSE wake_at END AS wake_at;
 
 -- name: record_finish
+-- A completed record is never overwritten (see the PostgreSQL twin).
 INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, final,
-    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt)
+    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
+    seq, wake_at)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
-    :worker_id, :output, :error, now() - :elapsed_s, now(), :workflow_attempt
+    :worker_id, :output, :error, now() - :elapsed_s, now(), :workflow_attempt, :seq, :wake_at
 WHERE EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating))
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, final = excluded.final, compensable = excluded.compensable,
-    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at
+    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
+    seq = excluded.seq, wake_at = excluded.wake_at
+WHERE {schema}_step_attempts.status <> 'completed'
 RETURNING id;
 
 -- name: get_attempt
@@ -128,13 +134,18 @@ SELECT * FROM {schema}_step_attempts
 WHERE run_id = :run_id AND position = :position AND attempt = :attempt;
 
 -- name: resolve_wait
-UPDATE {schema}_step_attempts SET status = :status, final = :final, output = :output,
-    error = :error, finished_at = now()
+-- End a wait as the next entry of the run's log; a delivered signal's data wins.
+UPDATE {schema}_step_attempts SET
+    status = CASE WHEN delivered_at IS NOT NULL THEN 'completed' ELSE :status END,
+    final = (delivered_at IS NULL AND :status = 'failed'),
+    output = CASE WHEN delivered_at IS NOT NULL THEN output ELSE :output END,
+    error = CASE WHEN delivered_at IS NOT NULL THEN NULL ELSE :error END,
+    seq = :seq, finished_at = now()
 WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND status = 'running'
   AND EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating))
-RETURNING id;
+RETURNING status, output, error;
 
 -- name: park
 UPDATE {schema}_runs SET
@@ -165,39 +176,41 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
 -- name: finish_run
-INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status,
-    compensable, fence, worker_id, output, started_at, finished_at, workflow_attempt)
-SELECT :run_id, :step_position, :step_attempt, :step_name, :step_kind, 'completed',
-    :step_compensable, :fence, :worker_id, :step_output, now() - :step_elapsed_s, now(),
-    :workflow_attempt
-WHERE :step_position IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}_runs
-    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-      AND lease_expires_at > now() AND (status = 'running' OR compensating))
-ON CONFLICT (run_id, position, attempt) DO UPDATE SET
-    status = excluded.status, compensable = excluded.compensable,
-    output = excluded.output, finished_at = excluded.finished_at;
+-- The run's end (see the PostgreSQL twin): leftover running attempts are canceled, the
+-- parent is woken, a cancel's error is kept.
+UPDATE {schema}_runs SET claim_token = :token
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating)
+  AND (status <> 'canceled' OR :status = 'canceled');
+UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now()
+WHERE status = 'running' AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
 UPDATE {schema}_runs SET
     wake_requested = (status = 'running'),
     status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
     available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END,
     updated_at = now()
 WHERE status IN ('waiting', 'running', 'pending')
-  AND id = (SELECT parent_run_id FROM {schema}_runs
-            WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-              AND lease_expires_at > now() AND (status = 'running' OR compensating));
+  AND id = (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token);
 UPDATE {schema}_runs SET
-    status = :status, output = :output, error = :error,
+    status = :status, output = :output, error = coalesce(:error, error),
     available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = 0,
-    finished_at = coalesce(finished_at, now()), updated_at = now()
-WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-  AND lease_expires_at > now() AND (status = 'running' OR compensating)
+    finished_at = coalesce(finished_at, now()), updated_at = now(), claim_token = NULL
+WHERE claim_token = :token
 RETURNING id, 0 AS notified;
 
+-- name: live_children
+SELECT id FROM {schema}_runs
+WHERE parent_run_id = :run_id AND parent_close = 'cancel'
+  AND status IN ('pending', 'running', 'waiting');
+
 -- name: cancel_tree
+-- See the PostgreSQL twin: a run whose worker holds a live lease keeps it and is marked
+-- canceled and compensating; that worker wraps it up.
 WITH RECURSIVE tree(id) AS (
     SELECT id FROM {schema}_runs WHERE id = :run_id
     UNION ALL
     SELECT c.id FROM {schema}_runs c JOIN tree ON c.parent_run_id = tree.id
+    WHERE c.parent_close = 'cancel'
 )
 UPDATE {schema}_runs SET claim_token = :token
 WHERE id IN (SELECT id FROM tree) AND status IN ('pending', 'running', 'waiting');
@@ -210,14 +223,19 @@ UPDATE {schema}_runs SET
 WHERE status IN ('waiting', 'running') AND claim_token IS NULL
   AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token);
 UPDATE {schema}_runs SET
-    status = 'canceled', fence = fence + 1, worker_id = NULL, lease_expires_at = NULL,
-    error = :error, finished_at = now(), updated_at = now(), claim_token = NULL,
-    compensating = EXISTS (SELECT 1 FROM {schema}_step_attempts s
-                           WHERE s.run_id = {schema}_runs.id AND s.compensable
-                             AND s.status = 'completed'),
-    available_at = CASE WHEN EXISTS (SELECT 1 FROM {schema}_step_attempts s
-                           WHERE s.run_id = {schema}_runs.id AND s.compensable
-                             AND s.status = 'completed') THEN now() END
+    status = 'canceled', error = :error, finished_at = now(), updated_at = now(),
+    claim_token = NULL,
+    fence = CASE WHEN coalesce(lease_expires_at > now(), 0) THEN fence ELSE fence + 1 END,
+    worker_id = CASE WHEN coalesce(lease_expires_at > now(), 0) THEN worker_id END,
+    compensating = coalesce(lease_expires_at > now(), 0) OR EXISTS (
+        SELECT 1 FROM {schema}_step_attempts s
+        WHERE s.run_id = {schema}_runs.id AND s.compensable AND s.status = 'completed'),
+    available_at = CASE
+        WHEN coalesce(lease_expires_at > now(), 0) THEN available_at
+        WHEN EXISTS (SELECT 1 FROM {schema}_step_attempts s
+                     WHERE s.run_id = {schema}_runs.id AND s.compensable
+                       AND s.status = 'completed') THEN now() END,
+    lease_expires_at = CASE WHEN coalesce(lease_expires_at > now(), 0) THEN lease_expires_at END
 WHERE claim_token = :token
 RETURNING id, 0 AS attempts, 0 AS notified;
 
@@ -238,9 +256,10 @@ UPDATE {schema}_runs SET claim_token = :token
 WHERE namespace = :namespace AND status IN ('pending', 'running', 'waiting')
   AND (:run_id IS NULL OR id = :run_id)
   AND id IN (SELECT run_id FROM {schema}_step_attempts
-             WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name);
-UPDATE {schema}_step_attempts SET status = 'completed', output = :data, finished_at = now()
-WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name
+             WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name
+               AND delivered_at IS NULL);
+UPDATE {schema}_step_attempts SET output = :data, delivered_at = now()
+WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name AND delivered_at IS NULL
   AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
 UPDATE {schema}_runs SET
     wake_requested = (status = 'running'),
@@ -271,7 +290,7 @@ SELECT name FROM sqlite_master
 WHERE type = 'table' AND name LIKE :schema || '\_%' ESCAPE '\' ORDER BY name;
 
 -- name: check_held
-SELECT id FROM {schema}_runs
+SELECT id, status FROM {schema}_runs
 WHERE EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
               WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence)
   AND worker_id = :worker_id AND (status = 'running' OR compensating);
@@ -315,18 +334,23 @@ UNION ALL
 SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers;
 
 -- name: record_many
-INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status,
-    compensable, fence, worker_id, output, started_at, finished_at, workflow_attempt)
+-- Group commit (see the PostgreSQL twin); a completed record is never overwritten.
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, final,
+    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
+    seq, wake_at)
 SELECT v.value ->> 'run_id', v.value ->> 'position', v.value ->> 'attempt', v.value ->> 'step',
-    v.value ->> 'kind', 'completed', v.value ->> 'compensable', v.value ->> 'fence',
-    :worker_id, json(v.value -> 'output'), now() - (v.value ->> 'elapsed_s'), now(),
-    v.value ->> 'workflow_attempt'
+    v.value ->> 'kind', v.value ->> 'status', v.value ->> 'final', v.value ->> 'compensable',
+    v.value ->> 'fence', :worker_id, json(v.value -> 'output'), json(v.value -> 'error'),
+    now() - (v.value ->> 'elapsed_s'), now(), v.value ->> 'workflow_attempt',
+    v.value ->> 'seq', v.value ->> 'wake_s'
 FROM json_each(:batch) v
 WHERE EXISTS (SELECT 1 FROM {schema}_runs r
     WHERE r.id = v.value ->> 'run_id' AND r.fence = v.value ->> 'fence'
       AND r.worker_id = :worker_id AND r.lease_expires_at > now()
       AND (r.status = 'running' OR r.compensating))
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
-    status = excluded.status, compensable = excluded.compensable,
-    output = excluded.output, finished_at = excluded.finished_at
+    status = excluded.status, final = excluded.final, compensable = excluded.compensable,
+    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
+    seq = excluded.seq, wake_at = excluded.wake_at
+WHERE {schema}_step_attempts.status <> 'completed'
 RETURNING run_id, position, attempt;

@@ -1,0 +1,502 @@
+"""What the engine does for each step the workflow issues: the step's lifecycle.
+
+Workflow code issues a `Command` (on the workflow loop) and awaits its future. The
+execution then runs the command's lifecycle on the worker's loop: attempts of a body,
+their records, retries, the start and end of a wait. A lifecycle ends in one of three
+ways: it settles the command (a result or a final error, recorded with the next `seq` of
+the run's log and delivered to the workflow once durable), it leaves a `Wait` (a sleep, a
+signal, a child, a retry back-off: the run parks on it), or it stops because the
+execution stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import typing
+import uuid
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from . import _telemetry
+from ._codec import decode
+from ._context import Fence, StepContext
+from ._errors import (
+    ChildWorkflowError,
+    InvalidInput,
+    NonRetryableError,
+    RunTerminalError,
+    StepFailedError,
+    StepTimeout,
+    WorkflowTimeoutError,
+    describe,
+)
+from ._replay import Recorded
+from ._retry import STEP_DEFAULT, RetryPolicy
+from ._store import PendingStep
+
+if TYPE_CHECKING:
+    from ._execution import Execution
+    from ._workflow import Workflow
+
+T = TypeVar("T")
+log = logging.getLogger("durably.worker")
+CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
+
+
+@dataclass
+class Wait:
+    """What a command waits for while the run is parked."""
+
+    wake_at: datetime | None
+    label: str
+    retry: bool = False
+
+
+@dataclass(eq=False)
+class Command:
+    """One step the workflow issued, at `position` (the n-th it issued)."""
+
+    position: int
+    name: str
+    kind: str
+    future: asyncio.Future[Any]  # on the workflow loop
+    recorded: Recorded | None  # what history held at this position when issued
+    lifecycle: Callable[[Execution, Command], Awaitable[None]]
+    result_type: Any = Any
+    compensate: Callable[..., Any] | None = None
+    awaited: bool = False
+    wait: Wait | None = None
+    body: asyncio.Future[Any] | None = None
+    step_context: StepContext | None = None
+    value: Any = None
+    settled: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class StepCall(Generic[T]):
+    """What a step method returns: await it (directly, or through gather/wait)."""
+
+    __slots__ = ("_cmd",)
+
+    def __init__(self, cmd: Command) -> None:
+        self._cmd = cmd
+
+    def __await__(self) -> Generator[Any, None, T]:
+        self._cmd.awaited = True
+        return (yield from self._cmd.future.__await__())  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return f"<step {self._cmd.name!r} at position {self._cmd.position}>"
+
+
+def error_for(rec: Recorded) -> BaseException:
+    """The exception a workflow receives for a step recorded as failed for good."""
+    error = rec.error or {}
+    if rec.kind == "child":
+        return child_error(error)
+    return StepFailedError(rec.step, error, rec.attempt)
+
+
+def child_error(error: dict[str, Any]) -> Exception:
+    if error.get("type") == "WorkflowTimeoutError":
+        return WorkflowTimeoutError(error.get("message"))
+    return ChildWorkflowError(
+        error.get("child_run_id", "?"), error.get("status", "failed"), error.get("child_error")
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def signature(fn: Callable[..., Any]) -> tuple[bool, Any, bool]:
+    """(takes a StepContext first, return annotation or Any, is a coroutine function)."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    params = list(inspect.signature(fn).parameters.values())
+    first = params[0] if params else None
+    wants_ctx = first is not None and (
+        hints.get(first.name) is StepContext or "StepContext" in str(first.annotation)
+    )
+    ret = hints.get("return", Any)
+    if ret is type(None) or ret is None:
+        ret = Any
+    return wants_ctx, ret, inspect.iscoroutinefunction(fn)
+
+
+# ------------------------------------------------------------------ bodies
+
+
+@dataclass
+class Body:
+    """A function step's body and how to run and retry it."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    retry: RetryPolicy = STEP_DEFAULT
+    timeout: float | None = None
+    sig: tuple[bool, Any, bool] = (False, Any, True)
+
+
+async def run_function(x: Execution, cmd: Command, body: Body) -> None:
+    """Attempts of a function step until it completes or fails for good."""
+    rec = cmd.recorded
+    if rec is not None and rec.status == "failed" and rec.wake_at and rec.wake_at > x.now():
+        cmd.wait = Wait(rec.wake_at, f"retry:{cmd.name}", retry=True)
+        return
+    attempt, began, start = await _begin(x, cmd, body.sig[2])
+    try:
+        with _telemetry.step_span(cmd.name, cmd.kind, attempt):
+            result = await _invoke(x, cmd, body, attempt)
+        output = x.encode(result, f"the result of step {cmd.name!r}")
+    except asyncio.CancelledError:
+        await start.settle()
+        await x.record_canceled(cmd, attempt, x.clock.monotonic() - began)
+        return
+    except Exception as exc:
+        await start.settle()
+        await _failed(x, cmd, attempt, exc, body.retry, x.clock.monotonic() - began)
+        return
+    await start.settle()
+    await x.settle(cmd, PendingStep(
+        cmd.position, attempt, cmd.name, cmd.kind, "completed", output_json=output,
+        compensable=cmd.compensate is not None, elapsed_s=x.clock.monotonic() - began,
+    ), value=decode(output))  # fmt: skip
+
+
+async def _begin(x: Execution, cmd: Command, is_async: bool) -> tuple[int, float, StartRecord]:
+    x.spend_attempt()
+    attempt = x.history.next_attempt(cmd.position)
+    x.history.took_attempt(cmd.position, attempt)
+    start = StartRecord(x, cmd.position, attempt, cmd.name, cmd.kind)
+    await start.begin(is_async)
+    return attempt, x.clock.monotonic(), start
+
+
+async def _invoke(x: Execution, cmd: Command, body: Body, attempt: int) -> Any:
+    wants_ctx, _, is_async = body.sig
+    args = body.args
+    if wants_ctx:
+        sctx = StepContext(
+            run_id=x.run_id, step=cmd.name, attempt=attempt,
+            fence=Fence(x.run_id, x.lease.fence), _heartbeat=x.heartbeat,
+            _loop=asyncio.get_running_loop(),
+        )  # fmt: skip
+        cmd.step_context = sctx
+        args = (sctx, *args)
+    loop = asyncio.get_running_loop()
+    if is_async:
+        task: asyncio.Future[Any] = loop.create_task(body.fn(*args, **body.kwargs))
+    else:
+        task = loop.run_in_executor(x.threads, functools.partial(body.fn, *args, **body.kwargs))
+    cmd.body = task
+    try:
+        if body.timeout is None:
+            return await task
+        try:
+            return await asyncio.wait_for(task, body.timeout)
+        except TimeoutError:
+            raise StepTimeout(
+                f"step {cmd.name!r} ran longer than its timeout of {body.timeout:g}s"
+            ) from None
+    finally:
+        cmd.body = None
+        if cmd.step_context is not None:
+            cmd.step_context.cancelled.set()  # a sync body still running: tell it to stop
+            cmd.step_context = None
+
+
+async def _failed(
+    x: Execution, cmd: Command, attempt: int, exc: Exception, policy: RetryPolicy, elapsed: float
+) -> None:
+    error = describe(exc)
+    x.history.failed(cmd.position)
+    failures = x.history.failures(cmd.position)
+    final = isinstance(exc, NonRetryableError | InvalidInput) or failures >= policy.max_attempts
+    if final:
+        log.warning("run %s: step %r failed for good after %d attempts: %s: %s",
+                    x.run_id, cmd.name, failures, error["type"], error["message"])  # fmt: skip
+        await x.settle(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
+            elapsed_s=elapsed,
+        ), error=StepFailedError(cmd.name, error, failures))  # fmt: skip
+        return
+    retry_at = x.now() + policy.delay(failures)
+    log.info("run %s: step %r attempt %d failed (%s: %s); retrying at %s",
+             x.run_id, cmd.name, attempt, error["type"], error["message"],
+             retry_at.isoformat(timespec="seconds"))  # fmt: skip
+    await x.record(PendingStep(
+        cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, elapsed_s=elapsed,
+        wake_at=retry_at,
+    ))  # fmt: skip
+    cmd.wait = Wait(retry_at, f"retry:{cmd.name}", retry=True)
+
+
+# ------------------------------------------------------------------ transactions
+
+
+async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
+    """`fn(conn, *args)` and the step's record in one transaction, with the lease checked."""
+    rec = cmd.recorded
+    if rec is not None and rec.status == "failed" and rec.wake_at and rec.wake_at > x.now():
+        cmd.wait = Wait(rec.wake_at, f"retry:{cmd.name}", retry=True)
+        return
+    attempt, began, _ = await _begin(x, cmd, True)
+    seq = x.reserve()
+    try:
+        output = await x.store.transact(
+            x.lease, cmd.position, attempt, cmd.name, seq, body.fn, body.args,
+            lambda value: x.encode(value, f"the result of step {cmd.name!r}"),
+        )  # fmt: skip
+    except asyncio.CancelledError:
+        x.unreserve(seq)
+        await x.record_canceled(cmd, attempt, x.clock.monotonic() - began)
+        return
+    except Exception as exc:
+        x.unreserve(seq)
+        if x.is_engine_failure(exc):
+            raise
+        await _failed(x, cmd, attempt, exc, body.retry, x.clock.monotonic() - began)
+        return
+    x.publish(seq, cmd, value=decode(output))
+
+
+# ------------------------------------------------------------------ waits
+
+
+async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
+    rec = cmd.recorded
+    if rec is not None and rec.waiting:
+        attempt, wake_at = rec.attempt, rec.wake_at
+    else:
+        x.spend_attempt()
+        attempt = x.history.next_attempt(cmd.position)
+        x.history.took_attempt(cmd.position, attempt)
+        wake_at = await x.store.record_start(
+            x.lease, cmd.position, attempt, cmd.name, "sleep", wait_s=seconds
+        )
+    if wake_at is not None and wake_at > x.now():
+        cmd.wait = Wait(wake_at, f"sleep:{cmd.name}")
+        return
+    await _resolve_wait(x, cmd, attempt, None)
+
+
+async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: float | None) -> None:
+    rec = cmd.recorded
+    if rec is not None and rec.waiting:
+        if rec.delivered or (rec.wake_at is not None and rec.wake_at <= x.now()):
+            await _resolve_wait(x, cmd, rec.attempt, signal)
+        else:
+            cmd.wait = Wait(rec.wake_at, f"signal:{signal}")
+        return
+    x.spend_attempt()
+    attempt = x.history.next_attempt(cmd.position)
+    x.history.took_attempt(cmd.position, attempt)
+    seq = x.reserve()
+    try:
+        taken, wake_at = await x.store.begin_signal_wait(
+            x.lease, cmd.position, attempt, cmd.name, signal, timeout, seq
+        )
+    except BaseException:
+        x.unreserve(seq)
+        raise
+    if taken is not None:
+        x.publish(seq, cmd, value=decode(taken))
+        return
+    x.unreserve(seq)
+    if wake_at is not None and wake_at <= x.now():
+        await _resolve_wait(x, cmd, attempt, signal)
+        return
+    cmd.wait = Wait(wake_at, f"signal:{signal}")
+
+
+async def _resolve_wait(
+    x: Execution,
+    cmd: Command,
+    attempt: int,
+    signal: str | None,
+    status: str = "completed",
+    output: str | None = None,
+    error: dict[str, Any] | None = None,
+) -> None:
+    """End a recorded wait (a delivered signal's data wins over a timeout's None)."""
+    seq = x.reserve()
+    try:
+        stored = await x.store.resolve_wait(
+            x.lease, cmd.position, attempt, signal, status, output, error, seq
+        )
+    except BaseException:
+        x.unreserve(seq)
+        raise
+    if status == "completed":
+        x.publish(seq, cmd, value=decode(stored))
+    else:
+        assert error is not None
+        x.publish(seq, cmd, error=child_error(error))
+
+
+async def run_send_signal(
+    x: Execution, cmd: Command, signal: str, data_json: str, key: str | None, run_id: str | None
+) -> None:
+    x.spend_attempt()
+    attempt = x.history.next_attempt(cmd.position)
+    x.history.took_attempt(cmd.position, attempt)
+    seq = x.reserve()
+    try:
+        result = await x.store.send_signal_step(
+            x.lease, cmd.position, attempt, cmd.name, seq, signal, data_json, key, run_id,
+            lambda value: x.encode(value, "a signal result"),
+        )  # fmt: skip
+    except Exception as exc:
+        x.unreserve(seq)
+        if x.is_engine_failure(exc):
+            raise
+        # A refused send (the addressed run is finished, or unknown) fails the step.
+        error = describe(exc)
+        await x.settle(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
+        ), error=StepFailedError(cmd.name, error))  # fmt: skip
+        return
+    x.publish(seq, cmd, value=result)
+
+
+# ------------------------------------------------------------------ children
+
+
+async def run_child(
+    x: Execution, cmd: Command, workflow: Workflow, input: Any, timeout: float | None,
+    on_parent_close: str,
+) -> None:  # fmt: skip
+    rec = cmd.recorded
+    if rec is not None and rec.waiting and rec.child_run_id:
+        await check_child(x, cmd, rec.attempt, rec.child_run_id, rec.wake_at)
+        return
+    x.spend_attempt()
+    attempt = x.history.next_attempt(cmd.position)
+    x.history.took_attempt(cmd.position, attempt)
+    child_id = child_run_id(x.run_id, cmd.position)
+    try:
+        new = workflow.new_run(
+            input, parent_run_id=x.run_id, run_id=child_id, parent_close=on_parent_close
+        )
+    except InvalidInput as exc:
+        error = describe(exc)
+        await x.settle(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
+        ), error=StepFailedError(cmd.name, error))  # fmt: skip
+        return
+    wake_at = await x.store.start_child(x.lease, cmd.position, attempt, cmd.name, new, timeout)
+    cmd.wait = Wait(wake_at, f"child:{child_id}")
+
+
+def child_run_id(run_id: str, position: int) -> str:
+    """Deterministic: a replay that reaches the same call names the same child."""
+    return uuid.uuid5(CHILD_NAMESPACE, f"{run_id}/{position}").hex
+
+
+async def check_child(
+    x: Execution, cmd: Command, attempt: int, child_id: str, wake_at: datetime | None
+) -> None:
+    child = await x.store.get_run(child_id)
+    if child.terminal:
+        if child.status == "completed":
+            out = x.encode(child.output, "a child's result")
+            await _resolve_wait(x, cmd, attempt, None, output=out)
+            return
+        error = {
+            "type": "ChildWorkflowError",
+            "message": f"child run {child.run_id} {child.status}",
+            "child_run_id": child.run_id, "status": child.status, "child_error": child.error,
+        }  # fmt: skip
+    elif wake_at is not None and wake_at <= x.now():
+        with contextlib.suppress(RunTerminalError):
+            await x.store.cancel(
+                child.run_id,
+                {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"},
+            )
+        error = {
+            "type": "WorkflowTimeoutError", "child_run_id": child.run_id,
+            "message": f"child run {child.run_id} did not finish in time; canceled",
+        }  # fmt: skip
+    else:
+        cmd.wait = Wait(wake_at, f"child:{child.run_id}")
+        return
+    await _resolve_wait(x, cmd, attempt, None, status="failed", error=error)
+
+
+# ------------------------------------------------------------------ compensations
+
+
+async def run_compensation(x: Execution, cmd: Command) -> None:
+    """Run `cmd`'s undo once as a recorded step at -(p + 1); retries wait in place."""
+    assert cmd.compensate is not None
+    pos, name = -cmd.position - 1, f"compensate:{cmd.name}"
+    comp = Command(pos, name, "function", cmd.future, None, run_compensation)
+    body = Body(cmd.compensate, (cmd.value,), {}, sig=signature(cmd.compensate))
+    while True:
+        attempt, began, start = await _begin(x, comp, body.sig[2])
+        try:
+            await _invoke(x, comp, body, attempt)
+        except Exception as exc:
+            await start.settle()
+            error = describe(exc)
+            x.history.failed(pos)
+            failures = x.history.failures(pos)
+            final = isinstance(exc, NonRetryableError) or failures >= STEP_DEFAULT.max_attempts
+            await x.record(PendingStep(
+                pos, attempt, name, "function", "failed", error=error, final=final,
+                elapsed_s=x.clock.monotonic() - began,
+            ))  # fmt: skip
+            if final:
+                log.error("run %s: compensation %r failed for good: %s", x.run_id, name, error)
+                return
+            await asyncio.sleep(STEP_DEFAULT.delay(failures).total_seconds())
+            continue
+        await start.settle()
+        await x.record(PendingStep(
+            pos, attempt, name, "function", "completed", output_json="null",
+            elapsed_s=x.clock.monotonic() - began,
+        ))  # fmt: skip
+        return
+
+
+# ------------------------------------------------------------------ running rows
+
+
+class StartRecord:
+    """An attempt's `running` row.
+
+    A sync body runs in a thread, usually long and doing I/O: its row is durable before it
+    starts, so a kill at any point leaves an attempt to mark abandoned. An async body's row
+    is written as soon as the body first yields to the event loop, concurrently with it;
+    one that finishes without ever yielding cannot be caught in flight, so it is recorded
+    by one write: its end.
+    """
+
+    def __init__(self, x: Execution, pos: int, attempt: int, name: str, kind: str) -> None:
+        self._write = functools.partial(x.store.record_start, x.lease, pos, attempt, name, kind)
+        self._timer: asyncio.Handle | None = None
+        self._task: asyncio.Task[Any] | None = None
+
+    async def begin(self, is_async: bool) -> None:
+        if not is_async:
+            await self._write()
+            return
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_soon(
+            lambda: setattr(self, "_task", loop.create_task(self._write()))
+        )
+
+    async def settle(self) -> None:
+        """Cancel the row if it was not sent yet, or wait until it is written."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
