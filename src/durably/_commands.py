@@ -380,7 +380,7 @@ async def run_child(
     x.spend_attempt()
     attempt = x.history.next_attempt(cmd.position)
     x.history.took_attempt(cmd.position, attempt)
-    child_id = child_run_id(x.run_id, cmd.position)
+    child_id = child_run_id(x.run_id, cmd.position, attempt)
     try:
         new = workflow.new_run(
             input, parent_run_id=x.run_id, run_id=child_id, parent_close=on_parent_close
@@ -391,13 +391,20 @@ async def run_child(
             cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
         ), error=StepFailedError(cmd.name, error))  # fmt: skip
         return
-    wake_at = await x.store.start_child(x.lease, cmd.position, attempt, cmd.name, new, timeout)
-    cmd.wait = Wait(wake_at, f"child:{child_id}")
+    wake_at, created = await x.store.start_child(
+        x.lease, cmd.position, attempt, cmd.name, new, timeout
+    )
+    if created:
+        cmd.wait = Wait(wake_at, f"child:{child_id}")
+    else:  # started before (a lost reply): it may have ended already
+        await check_child(x, cmd, attempt, child_id, wake_at)
 
 
-def child_run_id(run_id: str, position: int) -> str:
-    """Deterministic: a replay that reaches the same call names the same child."""
-    return uuid.uuid5(CHILD_NAMESPACE, f"{run_id}/{position}").hex
+def child_run_id(run_id: str, position: int, attempt: int = 1) -> str:
+    """Deterministic: a replay that reaches the same call names the same child. A later
+    attempt of the step (after a workflow retry) starts a new child."""
+    key = f"{run_id}/{position}" if attempt == 1 else f"{run_id}/{position}/{attempt}"
+    return uuid.uuid5(CHILD_NAMESPACE, key).hex
 
 
 async def check_child(

@@ -48,11 +48,17 @@ class Run:
     waiting_for: str | None
     parent_run_id: str | None
     lease_expires_at: datetime | None
+    compensating: bool = False
 
     @property
     def terminal(self) -> bool:
         """True once the run completed, failed or was canceled."""
         return self.status in TERMINAL
+
+    @property
+    def done(self) -> bool:
+        """Terminal, and nothing of it (compensations of a cancel) is left to run."""
+        return self.terminal and not self.compensating
 
     @classmethod
     def from_row(cls, row: Row) -> Run:
@@ -66,6 +72,7 @@ class Run:
             deadline_at=row["deadline_at"], wake_at=row["wake_at"],
             waiting_for=row["waiting_for"], parent_run_id=row["parent_run_id"],
             lease_expires_at=row["lease_expires_at"],
+            compensating=bool(row.get("compensating")),
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:

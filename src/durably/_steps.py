@@ -176,7 +176,13 @@ class StepApi:
             on_parent_close=on_parent_close,
         )  # fmt: skip
         cmd = self._issue(name or f"child:{workflow.name}", "child", lifecycle)
-        return ChildHandle(c.child_run_id(self._x.run_id, cmd.position), StepCall(cmd))
+        rec = cmd.recorded
+        if rec is not None and rec.child_run_id:
+            child_id = rec.child_run_id
+        else:
+            attempt = self._x.history.next_attempt(cmd.position)
+            child_id = c.child_run_id(self._x.run_id, cmd.position, attempt)
+        return ChildHandle(child_id, StepCall(cmd))
 
 
 def _seconds(duration: Duration | None) -> float | None:

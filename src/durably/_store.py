@@ -411,17 +411,18 @@ class Store:
     async def start_child(
         self, lease: Lease, position: int, attempt: int, step: str, new: NewRun,
         timeout_s: float | None,
-    ) -> datetime | None:  # fmt: skip
-        """Start a child run and record the parent's wait for it; the wait's timeout."""
+    ) -> tuple[datetime | None, bool]:  # fmt: skip
+        """Start a child run and record the parent's wait for it; (the wait's timeout,
+        whether the child is new: an existing one may have ended already)."""
         async with self.db.transaction() as tx:
             await self.check_lease(tx, lease)
-            await self.insert_run(tx, new)
+            _, created = await self.insert_run(tx, new)
             wake_at = await self.record_start(
                 lease, position, attempt, step, "child", tx=tx, child_run_id=new.run_id,
                 wait_s=timeout_s,
             )  # fmt: skip
         self.db.notify_local("run")
-        return wake_at
+        return wake_at, created
 
     async def transact(
         self, lease: Lease, position: int, attempt: int, step: str, seq: int,

@@ -137,14 +137,18 @@ class RunHandle:
         return await self.app.cancel(self.run_id)
 
     async def wait(self, timeout: Duration | None = None) -> Run:
-        """Wait until the run is terminal; the run. WorkflowTimeoutError after `timeout`."""
+        """Wait until the run has ended (a canceled run: its compensations too); the run.
+
+        Raises:
+            WorkflowTimeoutError: `timeout` passed first.
+        """
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
         loop = asyncio.get_running_loop()
         until = loop.time() + limit if limit is not None else None
         pause = 0.005
         while True:
             run = await self.get()
-            if run.terminal:
+            if run.done:
                 return run
             if until is not None and loop.time() >= until:
                 raise WorkflowTimeoutError(

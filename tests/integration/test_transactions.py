@@ -132,7 +132,10 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
     app = Durably(db_url, migrate=False)
     first = await app.migrate()
     assert first == [
-        "0001_init.sql", "0002_workers.sql", "0003_workflow_attempt.sql", "0004_log_order.sql"
+        "0001_init.sql",
+        "0002_workers.sql",
+        "0003_workflow_attempt.sql",
+        "0004_log_order.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))

@@ -253,8 +253,11 @@ WITH RECURSIVE tree AS (
     WHERE c.parent_close = 'cancel'
 ), canceled AS (
     UPDATE {schema}.runs r SET
-        status = 'canceled', error = CAST(:error AS jsonb), finished_at = now(),
-        updated_at = now(),
+        status = 'canceled', error = CAST(:error AS jsonb), updated_at = now(),
+        finished_at = CASE WHEN COALESCE(r.lease_expires_at > now(), false) OR EXISTS (
+            SELECT 1 FROM {schema}.step_attempts s
+            WHERE s.run_id = r.id AND s.compensable AND s.status = 'completed')
+            THEN NULL ELSE now() END,
         fence = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.fence ELSE r.fence + 1 END,
         worker_id = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.worker_id END,
         compensating = COALESCE(r.lease_expires_at > now(), false) OR EXISTS (

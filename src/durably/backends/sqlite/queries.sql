@@ -105,12 +105,13 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, fence,
     worker_id, signal, child_run_id, wake_at, started_at, workflow_attempt)
 SELECT :run_id, :position, :attempt, :step, :kind, 'running', :fence, :worker_id, :signal,
-    :child_run_id, now() + coalesce(:wait_s, 0), now(), :workflow_attempt
+    :child_run_id, CASE WHEN :wait_s IS NULL THEN NULL ELSE now() + :wait_s END, now(),
+    :workflow_attempt
 WHERE EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating))
 ON CONFLICT (run_id, position, attempt) DO NOTHING
-RETURNING CASE WHEN :wait_s IS NULL THEN NULL ELSE wake_at END AS wake_at;
+RETURNING wake_at;
 
 -- name: record_finish
 -- A completed record is never overwritten (see the PostgreSQL twin).
@@ -223,8 +224,11 @@ UPDATE {schema}_runs SET
 WHERE status IN ('waiting', 'running') AND claim_token IS NULL
   AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token);
 UPDATE {schema}_runs SET
-    status = 'canceled', error = :error, finished_at = now(), updated_at = now(),
-    claim_token = NULL,
+    status = 'canceled', error = :error, updated_at = now(), claim_token = NULL,
+    finished_at = CASE WHEN coalesce(lease_expires_at > now(), 0) OR EXISTS (
+        SELECT 1 FROM {schema}_step_attempts s
+        WHERE s.run_id = {schema}_runs.id AND s.compensable AND s.status = 'completed')
+        THEN NULL ELSE now() END,
     fence = CASE WHEN coalesce(lease_expires_at > now(), 0) THEN fence ELSE fence + 1 END,
     worker_id = CASE WHEN coalesce(lease_expires_at > now(), 0) THEN worker_id END,
     compensating = coalesce(lease_expires_at > now(), 0) OR EXISTS (
