@@ -1,4 +1,4 @@
-"""The execution layer (SPEC §4.12–§4.16), in process, on both backends: concurrent code
+"""The execution layer (SPEC §4.12 to §4.16), in process, on both backends: concurrent code
 replays exactly, records never wait for siblings, the engine's errors cannot be caught,
 mistakes fail loudly, and no failure leaves a run looping on its lease."""
 
@@ -39,7 +39,7 @@ async def test_gather_of_multi_step_branches_replays_each_branch_its_own_results
         return [a, b, c]
 
     @app.workflow(name="branches", version="v1")
-    async def branches(ctx: Any) -> list[list[str]]:
+    async def branches(ctx: Any) -> Any:
         return await ctx.gather(*(branch(ctx, i) for i in range(3)))
 
     async with app, app.worker(concurrency=4):
@@ -67,7 +67,7 @@ async def test_a_finished_step_is_durable_while_its_sibling_runs_and_cancel_undo
         undone.append(value)
 
     @app.workflow(name="pair", version="v1")
-    async def pair(ctx: Any) -> list[str]:
+    async def pair(ctx: Any) -> Any:
         return await ctx.gather(
             ctx.step.run("charge", charge, compensate=undo), ctx.step.run("copy", slow_copy)
         )
@@ -249,16 +249,17 @@ async def test_a_workflow_retry_runs_a_failed_child_again(db_url: str) -> None:
         return len(tries)
 
     @app.workflow(name="kid", version="v1")
-    async def kid(ctx: Any) -> int:
+    async def kid(ctx: Any) -> Any:
         n = await ctx.step.run("n", attempt_no)
         if n == 1:
             raise RuntimeError("first child fails")
         return n
 
-    @app.workflow(name="mom", version="v1", retry=RetryPolicy(max_attempts=2,
-                                                               initial_interval="10ms"))  # fmt: skip
-    async def mom(ctx: Any) -> int:
-        return await ctx.step.run_workflow(kid, None)  # type: ignore[no-any-return]
+    twice = RetryPolicy(max_attempts=2, initial_interval="10ms")
+
+    @app.workflow(name="mom", version="v1", retry=twice)
+    async def mom(ctx: Any) -> Any:
+        return await ctx.step.run_workflow(kid, None)
 
     async with app, app.worker():
         run = await _run(app, mom)
