@@ -1,5 +1,6 @@
 """Shared fixtures: a PostgreSQL server (the machine's, or a throwaway cluster), a fresh
-database per test, and the `backend` parameter that runs a test on SQLite and PostgreSQL."""
+database per test, the `backend` parameter that runs a test on SQLite and PostgreSQL, and a
+fault-injecting proxy in front of the server."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from tests import pgcluster
+from tests.faults import FaultProxy
 
 PG_URL = os.environ.get("DURABLY_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 
@@ -58,6 +61,14 @@ def pg_url(pg_server: str) -> Iterator[str]:
     finally:
         with psycopg.connect(f"{pg_server}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fault_proxy(pg_server: str) -> Iterator[FaultProxy]:
+    """A started `FaultProxy` in front of the server: connect to `fault_proxy.url_for(pg_url)`."""
+    server = urlsplit(pg_server)
+    with FaultProxy(server.hostname or "127.0.0.1", server.port or 5432) as proxy:
+        yield proxy
 
 
 @pytest.fixture
