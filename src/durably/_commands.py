@@ -153,7 +153,7 @@ async def run_function(x: Execution, cmd: Command, body: Body) -> None:
     attempt, began, start = await _begin(x, cmd, body.sig[2])
     try:
         with _telemetry.step_span(cmd.name, cmd.kind, attempt):
-            result = await _invoke(x, cmd, body, attempt)
+            result = await _invoke(x, cmd, body, attempt, start)
         output = x.encode(result, f"the result of step {cmd.name!r}")
     except asyncio.CancelledError:
         await start.settle()
@@ -175,11 +175,14 @@ async def _begin(x: Execution, cmd: Command, is_async: bool) -> tuple[int, float
     attempt = x.history.next_attempt(cmd.position)
     x.history.took_attempt(cmd.position, attempt)
     start = StartRecord(x, cmd.position, attempt, cmd.name, cmd.kind)
-    await start.begin(is_async)
+    if not is_async:
+        await start.write()
     return attempt, x.clock.monotonic(), start
 
 
-async def _invoke(x: Execution, cmd: Command, body: Body, attempt: int) -> Any:
+async def _invoke(
+    x: Execution, cmd: Command, body: Body, attempt: int, start: StartRecord | None = None
+) -> Any:
     wants_ctx, _, is_async = body.sig
     args = body.args
     if wants_ctx:
@@ -193,6 +196,8 @@ async def _invoke(x: Execution, cmd: Command, body: Body, attempt: int) -> Any:
     loop = asyncio.get_running_loop()
     if is_async:
         task: asyncio.Future[Any] = loop.create_task(body.fn(*args, **body.kwargs))
+        if start is not None:
+            start.when_it_yields(task)
     else:
         task = loop.run_in_executor(x.threads, functools.partial(body.fn, *args, **body.kwargs))
     cmd.body = task
@@ -449,7 +454,7 @@ async def run_compensation(x: Execution, cmd: Command) -> None:
     while True:
         attempt, began, start = await _begin(x, comp, body.sig[2])
         try:
-            await _invoke(x, comp, body, attempt)
+            await _invoke(x, comp, body, attempt, start)
         except Exception as exc:
             await start.settle()
             error = describe(exc)
@@ -480,30 +485,27 @@ class StartRecord:
     """An attempt's `running` row.
 
     A sync body runs in a thread, usually long and doing I/O: its row is durable before it
-    starts, so a kill at any point leaves an attempt to mark abandoned. An async body's row
-    is written as soon as the body first yields to the event loop, concurrently with it;
-    one that finishes without ever yielding cannot be caught in flight, so it is recorded
-    by one write: its end.
+    starts (`write`), so a kill at any point leaves an attempt to mark abandoned. An async
+    body's row is written once the body first yields to the event loop, concurrently with
+    it (`when_it_yields`); one that finishes without ever yielding cannot be caught in
+    flight, so it is recorded by one write: its end.
     """
 
     def __init__(self, x: Execution, pos: int, attempt: int, name: str, kind: str) -> None:
-        self._write = functools.partial(x.store.record_start, x.lease, pos, attempt, name, kind)
-        self._timer: asyncio.Handle | None = None
+        self.write = functools.partial(x.store.record_start, x.lease, pos, attempt, name, kind)
         self._task: asyncio.Task[Any] | None = None
 
-    async def begin(self, is_async: bool) -> None:
-        if not is_async:
-            await self._write()
-            return
+    def when_it_yields(self, body: asyncio.Future[Any]) -> None:
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_soon(
-            lambda: setattr(self, "_task", loop.create_task(self._write()))
-        )
+
+        def check() -> None:  # runs after the body's first step
+            if not body.done():
+                self._task = loop.create_task(self.write())
+
+        loop.call_soon(check)
 
     async def settle(self) -> None:
-        """Cancel the row if it was not sent yet, or wait until it is written."""
-        if self._timer is not None:
-            self._timer.cancel()
+        """Wait until the row is written, if it was sent."""
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task

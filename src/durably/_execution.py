@@ -462,7 +462,13 @@ class Execution:
     async def _finish(
         self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None
     ) -> None:
-        await self.store.finish_run(self.lease, status, output_json, error)
+        children = any(cmd.kind == "child" for cmd in self.commands.values())
+        if await self.store.finish_run(self.lease, status, output_json, error, children):
+            return
+        # Canceled while it ended: the cancel wins; undo what completed.
+        log.warning("run %s was canceled as it ended %s", self.run_id, status)
+        await self._compensate()
+        await self.store.finish_run(self.lease, "canceled", None, None, children)
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow

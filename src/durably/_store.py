@@ -499,31 +499,33 @@ class Store:
         status: str,
         output_json: str | None = None,
         error: dict[str, Any] | None = None,
+        children: bool = False,
     ) -> bool:
-        """End the run and cancel the children it leaves behind (unless they were started
-        to be abandoned). False: the run was canceled meanwhile (it is still ours)."""
-        async with self.db.transaction() as tx:
-            rows = await tx.fetch(
-                "finish_run", **lease.params(), status=status, output=output_json,
-                error=encode(error, "error") if error else None, channel=self.channel,
-                token=uuid.uuid4().hex,
-            )  # fmt: skip
-            if not rows:
-                held = await tx.fetch("check_lease", **lease.params())
-                if held:  # a cancel arrived: the caller compensates and ends it canceled
-                    return False
-                raise LeaseLostError(
-                    f"lost the lease on run {lease.run_id}; its end was not recorded"
-                )
-            canceled = []
-            for child in await tx.fetch("live_children", run_id=lease.run_id):
-                canceled += await tx.fetch(
-                    "cancel_tree", run_id=child["id"], channel=self.channel,
-                    token=uuid.uuid4().hex, error=encode({
-                        "type": "ParentClosed",
-                        "message": f"parent run {lease.run_id} ended {status}",
-                    }, "error"),
-                )  # fmt: skip
+        """End the run; with `children`, in the same transaction cancel the children it
+        leaves behind (unless started to be abandoned). False: the run was canceled
+        meanwhile and is still ours (the caller compensates and ends it canceled)."""
+        params = dict(
+            lease.params(), status=status, output=output_json, channel=self.channel,
+            error=encode(error, "error") if error else None, token=uuid.uuid4().hex,
+        )  # fmt: skip
+        canceled: list[Row] = []
+        if not children:  # one statement, one round trip
+            rows = await self.db.fetch("finish_run", **params)
+        else:
+            async with self.db.transaction() as tx:
+                rows = await tx.fetch("finish_run", **params)
+                for child in await tx.fetch("live_children", run_id=lease.run_id) if rows else []:
+                    canceled += await tx.fetch(
+                        "cancel_tree", run_id=child["id"], channel=self.channel,
+                        token=uuid.uuid4().hex, error=encode({
+                            "type": "ParentClosed",
+                            "message": f"parent run {lease.run_id} ended {status}",
+                        }, "error"),
+                    )  # fmt: skip
+        if not rows:
+            if await self.db.fetch("check_lease", **lease.params()):
+                return False
+            raise LeaseLostError(f"lost the lease on run {lease.run_id}; its end was not recorded")
         for row in canceled:
             self.db.notify_local(f"cancel:{row['id']}")
         self.db.notify_local("run")
