@@ -22,6 +22,7 @@ from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
 from ._execution import Execution, Stop
 from ._recorder import StepRecorder
+from ._watchdog import LoopWatchdog
 from .backends import Row
 
 if TYPE_CHECKING:
@@ -90,11 +91,14 @@ class Worker:
         await self._open_with_backoff()
         stop_listening = await self.app.connector.listen(self._on_message)
         beat = asyncio.create_task(self._heartbeat_loop(), name="durably-heartbeat")
+        watchdog = LoopWatchdog(loop, threshold=max(1.0, min(5.0, self.heartbeat_s)))
+        watchdog.start()
         log.info("worker %s started (%d slots)", self.worker_id, self.concurrency)
         try:
             await self._claim_loop()
             await self._drain()
         finally:
+            watchdog.stop()
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat

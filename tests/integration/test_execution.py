@@ -357,3 +357,25 @@ async def test_wait_first_and_a_step_timeout(db_url: str) -> None:
     assert "StepTimeout" in run.output[3]
     assert not [s for s in steps if s.status == "running"]
     assert [s.status for s in steps if s.step == "never"] == ["canceled"]
+
+
+async def test_a_body_that_blocks_the_event_loop_is_reported(db_url: str, caplog: Any) -> None:
+    import logging
+    import time
+
+    app = Durably(db_url)
+
+    async def blocks() -> str:
+        time.sleep(1.6)  # the mistake under test: blocking inside an async body
+        return "done"
+
+    @app.workflow(name="blocker", version="v1")
+    async def blocker(ctx: Any) -> Any:
+        return await ctx.step.run("blocks", blocks)
+
+    with caplog.at_level(logging.WARNING, logger="durably.worker"):
+        async with app, app.worker(heartbeat="0.5s"):
+            run = await _run(app, blocker)
+    assert run.status == "completed"
+    warnings = [r.getMessage() for r in caplog.records if "blocked" in r.getMessage()]
+    assert warnings and "in blocks" in warnings[0], warnings

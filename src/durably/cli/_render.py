@@ -80,3 +80,11 @@ def timeline(run: Run, steps: list[StepAttempt], width: int = 30) -> None:
         table.add_row(s.step, s.kind, str(s.attempt), status(s.status), bar, took,
                       s.worker_id or "", result)  # fmt: skip
     console.print(table)
+    failed = [s for s in steps if s.error and s.error.get("traceback")]
+    if failed:  # the last failure's traceback: where a person starts debugging
+        last = failed[-1]
+        console.print(Text(f"traceback of step {last.step!r}, attempt {last.attempt}:", "bold"))
+        console.print(Text(str(last.error["traceback"]).rstrip(), "red"))  # type: ignore[index]
+    elif run.error and run.error.get("traceback"):
+        console.print(Text("traceback:", "bold"))
+        console.print(Text(str(run.error["traceback"]).rstrip(), "red"))

@@ -108,7 +108,7 @@ def run_detail(run: Run, steps: list[StepAttempt], csrf: str) -> str:
              ("worker", escape(run.worker_id or "-")), ("created", _when(run.created_at)),
              ("finished", _when(run.finished_at)), ("waiting for", escape(run.waiting_for or "-")),
              ("input", _json(run.input)), ("output", _json(run.output)),
-             ("error", _json(run.error) if run.error else "-")]  # fmt: skip
+             ("error", _error(run.error) if run.error else "-")]  # fmt: skip
     table = "<table id='run'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>"
                                          for k, v in facts) + "</table>"  # fmt: skip
     cancel = "" if run.terminal else (
@@ -131,7 +131,7 @@ def timeline(run: Run, steps: list[StepAttempt]) -> str:
         done = s.finished_at or s.started_at
         width = max(0.5, (done - s.started_at).total_seconds() / span * 100)
         took = f"{(done - s.started_at).total_seconds():.3f}s" if s.finished_at else "…"
-        result = _json(s.error) if s.error else _json(s.output)
+        result = _error(s.error) if s.error else _json(s.output)
         rows.append(
             f"<tr><td>{escape(s.step)}</td><td>{escape(s.kind)}</td><td>{s.attempt}</td>"
             f"<td>{_status(s.status)}</td><td class='lane'><div class='bar' "
@@ -149,3 +149,12 @@ def login(error: str = "") -> str:
             "<p>The token was printed when the dashboard started "
             "(or set with DURABLY_DASHBOARD_TOKEN).</p>")  # fmt: skip
     return page("log in", form, error=error)
+
+
+def _error(error: dict[str, Any]) -> str:
+    """An error's type and message, its traceback folded away under them."""
+    head = escape(f"{error.get('type')}: {error.get('message')}")
+    trace = error.get("traceback") or (error.get("cause") or {}).get("traceback")
+    if not trace:
+        return head
+    return f"{head}<details><summary>traceback</summary><pre>{escape(trace)}</pre></details>"
