@@ -226,7 +226,7 @@ class Worker:
         """Stop executing a run: its step bodies are interrupted at once."""
         entry = self.running.get(run_id)
         if entry is not None and entry[0].stop is None:
-            log.warning("run %s: %s; interrupting its step bodies", run_id, stop)
+            log.warning("run %s: %s; cancelling its step bodies", run_id, stop)
             entry[0].halt(stop)
 
     # --------------------------------------------------------------- leases
