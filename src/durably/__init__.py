@@ -33,16 +33,21 @@ from ._errors import (
     RunNotFound,
     RunTerminalError,
     StepFailedError,
+    StepLimitExceeded,
+    StepTimeout,
+    WorkflowMisuseError,
     WorkflowNotFound,
     WorkflowTimeoutError,
 )
 from ._models import Run, StepAttempt
 from ._retry import RetryPolicy
+from ._steps import ChildHandle
 from ._sync import SyncDurably
 from ._worker import Worker
 from ._workflow import RunHandle, Workflow
 
 __all__ = [
+    "ChildHandle",
     "ChildWorkflowError",
     "ConfigurationError",
     "DatabaseUnavailable",
@@ -65,10 +70,13 @@ __all__ = [
     "StepAttempt",
     "StepContext",
     "StepFailedError",
+    "StepLimitExceeded",
+    "StepTimeout",
     "SyncDurably",
     "Worker",
     "Workflow",
     "WorkflowContext",
+    "WorkflowMisuseError",
     "WorkflowNotFound",
     "WorkflowTimeoutError",
     "parse_duration",

@@ -43,6 +43,7 @@ from ._errors import (
 from ._loop import WorkflowLoop
 from ._recorder import StepRecorder
 from ._replay import History
+from ._steps import StepApi
 from ._store import Lease, PendingStep, Store
 from .backends import Row
 
@@ -87,8 +88,6 @@ class Execution:
         on_park: Callable[[float | None], None],
         heartbeat: Callable[[], Coroutine[Any, Any, None]],
     ) -> None:
-        from ._steps import StepApi
-
         self.store = store
         self.workflow = workflow
         self.row = row

@@ -19,6 +19,7 @@ def test_exported_names() -> None:
         "RetryPolicy", "Run", "RunFailedError", "RunHandle", "RunNotFound", "RunTerminalError",
         "StepAttempt", "StepContext", "StepFailedError", "SyncDurably", "Worker", "Workflow",
         "WorkflowContext", "WorkflowNotFound", "WorkflowTimeoutError", "parse_duration",
+        "ChildHandle", "StepLimitExceeded", "StepTimeout", "WorkflowMisuseError",
     ])  # fmt: skip
     for name in durably.__all__:
         assert getattr(durably, name).__doc__, f"{name} has no docstring"
