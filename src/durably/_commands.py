@@ -170,8 +170,11 @@ async def run_function(x: Execution, cmd: Command, body: Body) -> None:
     ), value=decode(output))  # fmt: skip
 
 
-async def _begin(x: Execution, cmd: Command, is_async: bool) -> tuple[int, float, StartRecord]:
-    x.spend_attempt()
+async def _begin(
+    x: Execution, cmd: Command, is_async: bool, spend: bool = True
+) -> tuple[int, float, StartRecord]:
+    if spend:  # compensations do not count: a run at its limit must still undo
+        x.spend_attempt()
     attempt = x.history.next_attempt(cmd.position)
     x.history.took_attempt(cmd.position, attempt)
     start = StartRecord(x, cmd.position, attempt, cmd.name, cmd.kind)
@@ -452,7 +455,7 @@ async def run_compensation(x: Execution, cmd: Command) -> None:
     comp = Command(pos, name, "function", cmd.future, None, run_compensation)
     body = Body(cmd.compensate, (cmd.value,), {}, sig=signature(cmd.compensate))
     while True:
-        attempt, began, start = await _begin(x, comp, body.sig[2])
+        attempt, began, start = await _begin(x, comp, body.sig[2], spend=False)
         try:
             await _invoke(x, comp, body, attempt, start)
         except Exception as exc:

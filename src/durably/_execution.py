@@ -309,6 +309,10 @@ class Execution:
                 await self._execute()
         except (LeaseLostError, DatabaseUnavailable) as exc:
             log.warning("run %s: %s; it is left to be claimed again", self.run_id, exc)
+        except Exception as exc:  # a defect of the engine: end the run rather than loop
+            log.error("run %s: unexpected error; the run fails", self.run_id, exc_info=exc)
+            with contextlib.suppress(Exception):
+                await self.store.finish_run(self.lease, "failed", None, describe(exc))
         finally:
             self.interrupt_bodies()
             self.loop.close()
