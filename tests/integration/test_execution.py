@@ -40,7 +40,7 @@ async def test_gather_of_multi_step_branches_replays_each_branch_its_own_results
 
     @app.workflow(name="branches", version="v1")
     async def branches(ctx: Any) -> Any:
-        return await ctx.gather(*(branch(ctx, i) for i in range(3)))
+        return list(await asyncio.gather(*(branch(ctx, i) for i in range(3))))
 
     async with app, app.worker(concurrency=4):
         run = await _run(app, branches)
@@ -68,9 +68,9 @@ async def test_a_finished_step_is_durable_while_its_sibling_runs_and_cancel_undo
 
     @app.workflow(name="pair", version="v1")
     async def pair(ctx: Any) -> Any:
-        return await ctx.gather(
+        return list(await asyncio.gather(
             ctx.step.run("charge", charge, compensate=undo), ctx.step.run("copy", slow_copy)
-        )
+        ))  # fmt: skip
 
     async with app, app.worker():
         handle = await pair.start()
@@ -379,3 +379,44 @@ async def test_a_body_that_blocks_the_event_loop_is_reported(db_url: str, caplog
     assert run.status == "completed"
     warnings = [r.getMessage() for r in caplog.records if "blocked" in r.getMessage()]
     assert warnings and "in blocks" in warnings[0], warnings
+
+
+async def test_a_failed_engine_write_is_never_seen_by_workflow_code(
+    pg_url: str, fault_proxy: Any
+) -> None:
+    """The connection drops while step `a` runs: its record cannot be written. The
+    workflow's `except Exception` must not see that failure (no fallback step): the
+    execution stops and the run is claimed again, where `a` runs once more."""
+    app = Durably(fault_proxy.url_for(pg_url))
+    running = asyncio.Event()
+    release = asyncio.Event()
+    ran: list[str] = []
+
+    async def a() -> str:
+        ran.append("a")
+        if len(ran) == 1:
+            running.set()
+            await release.wait()
+        return "a"
+
+    def fallback() -> str:
+        ran.append("fallback")
+        return "fallback"
+
+    @app.workflow(name="guarded", version="v1")
+    async def guarded(ctx: Any) -> Any:
+        try:
+            first = await ctx.step.run("a", a)
+            return [first, await ctx.step.run("b", fallback)]
+        except Exception:
+            return await ctx.step.run("fallback", fallback)
+
+    client = Durably(pg_url)  # reads the outcome directly, not through the proxy
+    async with app, client, app.worker(lease="1s", heartbeat="0.2s"):
+        handle = await guarded.start()
+        await asyncio.wait_for(running.wait(), 20)
+        fault_proxy.cut()
+        release.set()
+        run = await client.handle(handle.run_id).wait(timeout=30)
+    assert run.status == "completed" and run.output == ["a", "fallback"], run.error
+    assert ran.count("fallback") == 1  # as step "b", never as the fallback
