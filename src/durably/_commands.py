@@ -71,6 +71,8 @@ class Command:
     result_type: Any = Any
     compensate: Callable[..., Any] | None = None
     awaited: bool = False
+    gate: int = 0  # results up to this seq must be durable before the lifecycle starts
+    recording: bool = False  # the outcome is known, its record is being written
     wait: Wait | None = None
     body: asyncio.Future[Any] | None = None
     step_context: StepContext | None = None

@@ -106,9 +106,13 @@ class Execution:
         self.commands: dict[int, Command] = {}
         self._position = 0
         self._to_start: list[Command] = []
-        self._active: set[asyncio.Task[None]] = set()
+        self._active: dict[asyncio.Task[None], Command] = {}
+        self.concluded = False
         self._seq = self.history.max_seq
-        self._unsettled: set[int] = set()
+        self._unpublished: set[int] = set()  # reserved, outcome unknown: holds later ones
+        self._in_flight: dict[int, PendingStep] = {}  # delivered, record not durable yet
+        self._delivered = self._seq
+        self._durable_waiter: asyncio.Future[None] | None = None
         self._outbox: dict[int, tuple[Command, Outcome]] = {}
         self._changed = asyncio.Event()
         self.replaying = True
@@ -167,6 +171,7 @@ class Execution:
             raise
         cmd = cmd_factory(self._position)
         cmd.recorded = rec
+        cmd.gate = self._delivered
         self.commands[cmd.position] = cmd
         if rec is None or not rec.resolves:
             self._to_start.append(cmd)
@@ -179,27 +184,54 @@ class Execution:
         self._changed.set()
 
     # --------------------------------------------------------------- the log
+    #
+    # A function step's result is handed to the workflow as soon as its record is sent
+    # (the record is never held: group commit writes it within milliseconds). Until it
+    # is durable nothing the workflow does next can be seen outside: a command issued
+    # after it starts only once every result it could depend on is durable (`gate`), the
+    # run parks only when every record is durable, and it ends in one statement with the
+    # records still in flight. A record that cannot be written stops the execution.
 
     def reserve(self) -> int:
-        """The next position in the run's log, for a result about to be written."""
+        """The next position in the run's log, for an outcome about to be known."""
         self._seq += 1
-        self._unsettled.add(self._seq)
+        self._unpublished.add(self._seq)
         return self._seq
 
     def unreserve(self, seq: int) -> None:
-        self._unsettled.discard(seq)
+        self._unpublished.discard(seq)
         self._changed.set()
 
     def publish(
-        self, seq: int, cmd: Command, value: Any = None, error: BaseException | None = None
-    ) -> None:
-        """Result `seq` is durable: deliver it once every earlier one is."""
-        self._unsettled.discard(seq)
-        if error is None and cmd.compensate is not None:
+        self, seq: int, cmd: Command, value: Any = None, error: BaseException | None = None,
+        record: PendingStep | None = None,
+    ) -> None:  # fmt: skip
+        """Outcome `seq` is known (and durable unless its `record` is still in flight):
+        deliver it once every earlier one is known."""
+        self._unpublished.discard(seq)
+        if error is None:
             cmd.value = value
+        if record is not None:
+            self._in_flight[seq] = record
+        elif error is None and cmd.compensate is not None:
             self.compensations.append((seq, cmd))
         self._outbox[seq] = (cmd, Outcome(value, error))
         self._changed.set()
+
+    def _durable(self, seq: int, cmd: Command) -> None:
+        record = self._in_flight.pop(seq)
+        if record.status == "completed" and cmd.compensate is not None:
+            self.compensations.append((seq, cmd))
+        waiter, self._durable_waiter = self._durable_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _durable_through(self, seq: int) -> None:
+        """Wait until every result up to `seq` is durable."""
+        while any(s <= seq for s in self._in_flight):
+            if self._durable_waiter is None:
+                self._durable_waiter = asyncio.get_running_loop().create_future()
+            await self._durable_waiter
 
     async def record(self, step: PendingStep) -> None:
         await self.recorder.record(self.lease, step)
@@ -207,14 +239,14 @@ class Execution:
     async def settle(
         self, cmd: Command, step: PendingStep, value: Any = None, error: BaseException | None = None
     ) -> None:
-        """Record a step's outcome as the next entry of the log, then deliver it."""
+        """Record a step's outcome as the next entry of the log and deliver it."""
         step.seq = self.reserve()
-        try:
-            await self.recorder.record(self.lease, step)
-        except BaseException:
-            self.unreserve(step.seq)
-            raise
-        self.publish(step.seq, cmd, value, error)
+        self.publish(step.seq, cmd, value, error, record=step)
+        cmd.recording = True
+        self._changed.set()
+        await self.recorder.record(self.lease, step)
+        cmd.recording = False
+        self._durable(step.seq, cmd)
 
     async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None:
         if self.stop is not None and self.stop.status is not None:
@@ -226,9 +258,10 @@ class Execution:
     def _deliver(self) -> None:
         while self._outbox and self.fatal is None and self.stop is None:
             seq = min(self._outbox)
-            if self._unsettled and min(self._unsettled) < seq:
+            if self._unpublished and min(self._unpublished) < seq:
                 return
             cmd, outcome = self._outbox.pop(seq)
+            self._delivered = seq
             self._resolve(cmd, outcome)
 
     def _resolve(self, cmd: Command, outcome: Outcome) -> None:
@@ -252,17 +285,22 @@ class Execution:
         commands, self._to_start = self._to_start, []
         for cmd in commands:
             task = asyncio.get_running_loop().create_task(self._lifecycle(cmd))
-            self._active.add(task)
+            self._active[task] = cmd
             task.add_done_callback(self._lifecycle_done)
 
-    def _lifecycle_done(self, task: asyncio.Task[None]) -> None:
-        self._active.discard(task)
+    def _lifecycle_done(self, task: asyncio.Task[Any]) -> None:
+        self._active.pop(task, None)
         self._changed.set()
 
     async def _lifecycle(self, cmd: Command) -> None:
         try:
-            await cmd.lifecycle(self, cmd)
+            if any(s <= cmd.gate for s in self._in_flight):
+                await self._durable_through(cmd.gate)
+            if self.stop is None and self.fatal is None:
+                await cmd.lifecycle(self, cmd)
         except Exception as exc:
+            if self.concluded:
+                return  # a record that raced the run's end, which wrote it
             if self.is_engine_failure(exc):
                 self.halt(Stop(f"{type(exc).__name__}: {exc}"))
             elif self.fatal is None:
@@ -293,11 +331,21 @@ class Execution:
             if cmd.body is not None:
                 cmd.body.cancel()
 
-    async def _quiesce(self) -> None:
-        """Interrupt bodies still running and wait until every lifecycle has ended."""
+    async def _quiesce(self, fold: bool = False) -> None:
+        """Interrupt bodies still running and wait until every lifecycle has ended (with
+        `fold`, or is only writing its record: the run's end will write it)."""
         self.interrupt_bodies()
-        if self._active:
-            await asyncio.wait(list(self._active), timeout=SETTLE_S)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + SETTLE_S
+        while loop.time() < until:
+            busy = [t for t, cmd in self._active.items() if not (fold and cmd.recording)]
+            if not busy:
+                return
+            self._changed.clear()
+            changed = loop.create_task(self._changed.wait())
+            await asyncio.wait([*busy, changed], timeout=until - loop.time(),
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            changed.cancel()
 
     # --------------------------------------------------------------- the run
 
@@ -346,7 +394,7 @@ class Execution:
         self.replaying = False
         while not (self.collect_only or self.fatal or self.stop or main.done()):
             self._start_issued()
-            if not (self._active or self._outbox or self._unsettled or self._to_start):
+            if not (self._active or self._outbox or self._unpublished or self._to_start):
                 if await self._park():
                     return None
                 self.poison(WorkflowMisuseError(
@@ -394,8 +442,10 @@ class Execution:
         return True
 
     async def _conclude(self, main: asyncio.Task[Any] | None) -> None:
-        await self._quiesce()
         stop = self.stop
+        ends_well = (stop is None and self.fatal is None and main is not None and main.done()
+                     and not main.cancelled() and main.exception() is None)  # fmt: skip
+        await self._quiesce(fold=ends_well)
         if stop is not None and stop.status is None:  # let go: someone else continues
             log.warning("run %s: %s; it is left to be claimed again", self.run_id, stop)
             if str(stop) == "shutdown":
@@ -441,6 +491,7 @@ class Execution:
         await self._finish("completed", output_json=out)
 
     async def _fail(self, error: BaseException, retry: bool) -> None:
+        await self._quiesce()
         attempts = self.row["attempts"]
         if retry and attempts < self.row["max_attempts"]:
             delay = self.workflow.retry.delay(attempts).total_seconds()
@@ -455,6 +506,7 @@ class Execution:
 
     async def _compensate(self) -> None:
         """Run each completed step's undo once, newest first (durably: recorded steps)."""
+        await self._quiesce()
         done = self.history.compensations_done()
         todo = [cmd for _, cmd in sorted(self.compensations, key=lambda c: c[0], reverse=True)]
         for cmd in todo:
@@ -465,8 +517,10 @@ class Execution:
     async def _finish(
         self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None
     ) -> None:
+        self.concluded = True
         children = any(cmd.kind == "child" for cmd in self.commands.values())
-        if await self.store.finish_run(self.lease, status, output_json, error, children):
+        records = list(self._in_flight.values())
+        if await self.store.finish_run(self.lease, status, output_json, error, children, records):
             return
         # Canceled while it ended: the cancel wins; undo what completed.
         log.warning("run %s was canceled as it ended %s", self.run_id, status)

@@ -500,13 +500,17 @@ class Store:
         output_json: str | None = None,
         error: dict[str, Any] | None = None,
         children: bool = False,
+        records: list[PendingStep] | None = None,
     ) -> bool:
-        """End the run; with `children`, in the same transaction cancel the children it
-        leaves behind (unless started to be abandoned). False: the run was canceled
-        meanwhile and is still ours (the caller compensates and ends it canceled)."""
+        """End the run, writing `records` (step records not yet durable) with it; with
+        `children`, in the same transaction cancel the children it leaves behind (unless
+        started to be abandoned). False: the run was canceled meanwhile and is still ours
+        (the caller compensates and ends it canceled)."""
+        batch = "[" + ",".join(r.batch_entry(lease) for r in records or []) + "]"
         params = dict(
             lease.params(), status=status, output=output_json, channel=self.channel,
             error=encode(error, "error") if error else None, token=uuid.uuid4().hex,
+            batch=batch,
         )  # fmt: skip
         canceled: list[Row] = []
         if not children:  # one statement, one round trip

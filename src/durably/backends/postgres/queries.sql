@@ -203,9 +203,16 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
 -- name: finish_run
--- The run's end; whatever of it is still `running` (a wait, a body interrupted by the end)
--- is canceled, so a finished run has no attempt left running. A cancel's error is kept.
-WITH done AS (
+-- The run's end. Step records not yet durable ride along (`:batch`, as for record_many;
+-- written only if the fenced update of the run happened, never over a completed one).
+-- Whatever else is still `running` (a wait, a body interrupted by the end) is canceled,
+-- so a finished run has no attempt left running. A cancel's error is kept.
+WITH v AS (
+    SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
+        position integer, attempt integer, step text, kind text, status text, final boolean,
+        output jsonb, error jsonb, compensable boolean, elapsed_s float8,
+        workflow_attempt integer, seq integer, wake_s float8)
+), done AS (
     UPDATE {schema}.runs SET
         status = :status, output = CAST(:output AS jsonb),
         error = COALESCE(CAST(:error AS jsonb), error),
@@ -215,9 +222,24 @@ WITH done AS (
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
       AND (status <> 'canceled' OR :status = 'canceled')
     RETURNING id, parent_run_id
+), records AS (
+    INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
+        compensable, fence, worker_id, output, error, started_at, finished_at,
+        workflow_attempt, seq, wake_at)
+    SELECT v.run_id, v.position, v.attempt, v.step, v.kind, v.status, v.final, v.compensable,
+        v.fence, :worker_id, v.output, v.error, now() - v.elapsed_s * interval '1 second',
+        now(), v.workflow_attempt, v.seq, to_timestamp(v.wake_s)
+    FROM v JOIN done ON done.id = v.run_id
+    ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+        status = excluded.status, final = excluded.final, compensable = excluded.compensable,
+        output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
+        seq = excluded.seq, wake_at = excluded.wake_at
+    WHERE {schema}.step_attempts.status <> 'completed'
+    RETURNING 1
 ), leftover AS (
     UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
     FROM done WHERE a.run_id = done.id AND a.status = 'running'
+      AND (a.position, a.attempt) NOT IN (SELECT position, attempt FROM v)
     RETURNING a.id
 ), parent AS (
     UPDATE {schema}.runs p SET
@@ -231,7 +253,7 @@ WITH done AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
 )
 SELECT done.id, (SELECT count(*) FROM notified) AS notified,
-    (SELECT count(*) FROM leftover) AS leftover
+    (SELECT count(*) FROM leftover) AS leftover, (SELECT count(*) FROM records) AS records
 FROM done;
 
 -- name: live_children

@@ -177,12 +177,27 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
 -- name: finish_run
--- The run's end (see the PostgreSQL twin): leftover running attempts are canceled, the
--- parent is woken, a cancel's error is kept.
+-- The run's end (see the PostgreSQL twin): records not yet durable ride along, leftover
+-- running attempts are canceled, the parent is woken, a cancel's error is kept.
 UPDATE {schema}_runs SET claim_token = :token
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running' OR compensating)
   AND (status <> 'canceled' OR :status = 'canceled');
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, final,
+    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
+    seq, wake_at)
+SELECT v.value ->> 'run_id', v.value ->> 'position', v.value ->> 'attempt', v.value ->> 'step',
+    v.value ->> 'kind', v.value ->> 'status', v.value ->> 'final', v.value ->> 'compensable',
+    v.value ->> 'fence', :worker_id, json(v.value -> 'output'), json(v.value -> 'error'),
+    now() - (v.value ->> 'elapsed_s'), now(), v.value ->> 'workflow_attempt',
+    v.value ->> 'seq', v.value ->> 'wake_s'
+FROM json_each(:batch) v
+WHERE EXISTS (SELECT 1 FROM {schema}_runs WHERE claim_token = :token)
+ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+    status = excluded.status, final = excluded.final, compensable = excluded.compensable,
+    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
+    seq = excluded.seq, wake_at = excluded.wake_at
+WHERE {schema}_step_attempts.status <> 'completed';
 UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now()
 WHERE status = 'running' AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
 UPDATE {schema}_runs SET
