@@ -51,11 +51,22 @@ CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
 
 @dataclass
 class Wait:
-    """What a command waits for while the run is parked."""
+    """What a command waits for (the run parks on it), and how to take it up again."""
 
     wake_at: datetime | None
     label: str
     retry: bool = False
+    attempt: int = 1
+    child_run_id: str | None = None
+
+    def resume(self, cmd: Command) -> Recorded:
+        """What the command's lifecycle finds when it is taken up again in this claim."""
+        return Recorded(
+            position=cmd.position, attempt=self.attempt, step=cmd.name, kind=cmd.kind,
+            status="failed" if self.retry else "running", final=False, compensable=False,
+            signal=None, child_run_id=self.child_run_id, wake_at=self.wake_at, output=None,
+            error=None,
+        )  # fmt: skip
 
 
 @dataclass(eq=False)
@@ -74,6 +85,10 @@ class Command:
     gate: int = 0  # results up to this seq must be durable before the lifecycle starts
     recording: bool = False  # the outcome is known, its record is being written
     wait: Wait | None = None
+    timer: asyncio.TimerHandle | None = None
+    poked: bool = False  # taken up again because something may have arrived
+    active: bool = False  # its lifecycle is running
+    abandoned: bool = False  # the workflow stopped awaiting it
     body: asyncio.Future[Any] | None = None
     step_context: StepContext | None = None
     value: Any = None
@@ -150,15 +165,19 @@ async def run_function(x: Execution, cmd: Command, body: Body) -> None:
     """Attempts of a function step until it completes or fails for good."""
     rec = cmd.recorded
     if rec is not None and rec.status == "failed" and rec.wake_at and rec.wake_at > x.now():
-        cmd.wait = Wait(rec.wake_at, f"retry:{cmd.name}", retry=True)
+        cmd.wait = Wait(rec.wake_at, f"retry:{cmd.name}", retry=True, attempt=rec.attempt)
         return
     attempt, began, start = await _begin(x, cmd, body.sig[2])
     try:
         with _telemetry.step_span(cmd.name, cmd.kind, attempt):
             result = await _invoke(x, cmd, body, attempt, start)
         output = x.encode(result, f"the result of step {cmd.name!r}")
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
         await start.settle()
+        if not x.interrupting:  # the body's own CancelledError (a library leaked one)
+            await _failed(x, cmd, attempt, RuntimeError(f"CancelledError: {exc}"), body.retry,
+                          x.clock.monotonic() - began)  # fmt: skip
+            return
         await x.record_canceled(cmd, attempt, x.clock.monotonic() - began)
         return
     except Exception as exc:
@@ -186,8 +205,9 @@ async def _begin(
 
 
 async def _invoke(
-    x: Execution, cmd: Command, body: Body, attempt: int, start: StartRecord | None = None
-) -> Any:
+    x: Execution, cmd: Command, body: Body, attempt: int, start: StartRecord | None = None,
+    interruptible: bool = True,
+) -> Any:  # fmt: skip
     wants_ctx, _, is_async = body.sig
     args = body.args
     if wants_ctx:
@@ -206,6 +226,8 @@ async def _invoke(
     else:
         task = loop.run_in_executor(x.threads, functools.partial(body.fn, *args, **body.kwargs))
     cmd.body = task
+    if interruptible and x.interrupting:  # halted while this attempt was being set up
+        task.cancel()
     try:
         if body.timeout is None:
             return await task
@@ -245,7 +267,7 @@ async def _failed(
         cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, elapsed_s=elapsed,
         wake_at=retry_at,
     ))  # fmt: skip
-    cmd.wait = Wait(retry_at, f"retry:{cmd.name}", retry=True)
+    cmd.wait = Wait(retry_at, f"retry:{cmd.name}", retry=True, attempt=attempt)
 
 
 # ------------------------------------------------------------------ transactions
@@ -255,7 +277,7 @@ async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
     """`fn(conn, *args)` and the step's record in one transaction, with the lease checked."""
     rec = cmd.recorded
     if rec is not None and rec.status == "failed" and rec.wake_at and rec.wake_at > x.now():
-        cmd.wait = Wait(rec.wake_at, f"retry:{cmd.name}", retry=True)
+        cmd.wait = Wait(rec.wake_at, f"retry:{cmd.name}", retry=True, attempt=rec.attempt)
         return
     attempt, began, _ = await _begin(x, cmd, True)
     seq = x.reserve()
@@ -292,7 +314,7 @@ async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
             x.lease, cmd.position, attempt, cmd.name, "sleep", wait_s=seconds
         )
     if wake_at is not None and wake_at > x.now():
-        cmd.wait = Wait(wake_at, f"sleep:{cmd.name}")
+        cmd.wait = Wait(wake_at, f"sleep:{cmd.name}", attempt=attempt)
         return
     await _resolve_wait(x, cmd, attempt, None)
 
@@ -300,10 +322,14 @@ async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
 async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: float | None) -> None:
     rec = cmd.recorded
     if rec is not None and rec.waiting:
-        if rec.delivered or (rec.wake_at is not None and rec.wake_at <= x.now()):
+        delivered = rec.delivered
+        if not delivered and cmd.poked:  # a signal may have arrived while we ran
+            row = await x.store.get_attempt(x.run_id, cmd.position, rec.attempt)
+            delivered = row is not None and row["delivered_at"] is not None
+        if delivered or (rec.wake_at is not None and rec.wake_at <= x.now()):
             await _resolve_wait(x, cmd, rec.attempt, signal)
         else:
-            cmd.wait = Wait(rec.wake_at, f"signal:{signal}")
+            cmd.wait = Wait(rec.wake_at, f"signal:{signal}", attempt=rec.attempt)
         return
     x.spend_attempt()
     attempt = x.history.next_attempt(cmd.position)
@@ -323,7 +349,7 @@ async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: floa
     if wake_at is not None and wake_at <= x.now():
         await _resolve_wait(x, cmd, attempt, signal)
         return
-    cmd.wait = Wait(wake_at, f"signal:{signal}")
+    cmd.wait = Wait(wake_at, f"signal:{signal}", attempt=attempt)
 
 
 async def _resolve_wait(
@@ -405,7 +431,7 @@ async def run_child(
         x.lease, cmd.position, attempt, cmd.name, new, timeout
     )
     if created:
-        cmd.wait = Wait(wake_at, f"child:{child_id}")
+        cmd.wait = Wait(wake_at, f"child:{child_id}", attempt=attempt, child_run_id=child_id)
     else:  # started before (a lost reply): it may have ended already
         await check_child(x, cmd, attempt, child_id, wake_at)
 
@@ -442,7 +468,8 @@ async def check_child(
             "message": f"child run {child.run_id} did not finish in time; canceled",
         }  # fmt: skip
     else:
-        cmd.wait = Wait(wake_at, f"child:{child.run_id}")
+        cmd.wait = Wait(wake_at, f"child:{child.run_id}", attempt=attempt,
+                        child_run_id=child.run_id)  # fmt: skip
         return
     await _resolve_wait(x, cmd, attempt, None, status="failed", error=error)
 
@@ -459,7 +486,7 @@ async def run_compensation(x: Execution, cmd: Command) -> None:
     while True:
         attempt, began, start = await _begin(x, comp, body.sig[2], spend=False)
         try:
-            await _invoke(x, comp, body, attempt, start)
+            await _invoke(x, comp, body, attempt, start, interruptible=False)
         except Exception as exc:
             await start.settle()
             error = describe(exc)

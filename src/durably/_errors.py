@@ -161,7 +161,8 @@ def describe(exc: BaseException, traceback: bool = True) -> dict[str, Any]:
     if isinstance(exc, StepFailedError):
         return {"type": "StepFailedError", "message": str(exc), "step": exc.step,
                 "attempts": exc.attempts, "cause": exc.error}  # fmt: skip
-    out: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    # NUL is the one character PostgreSQL cannot store in text or JSON.
+    out: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc).replace("\0", "")}
     if traceback and exc.__traceback__ is not None:
-        out["traceback"] = "".join(_tb.format_exception(exc))[-8000:]
+        out["traceback"] = "".join(_tb.format_exception(exc))[-8000:].replace("\0", "")
     return out

@@ -56,13 +56,21 @@ log = logging.getLogger("durably.worker")
 SETTLE_S = 5.0
 
 
-class Stop(Exception):
-    """Why an execution stops before its workflow ends."""
+@dataclass(frozen=True)
+class Stop:
+    """Why an execution stops before its workflow ends.
 
-    def __init__(self, why: str, status: str | None = None, error: Any = None) -> None:
-        super().__init__(why)
-        self.status = status  # "canceled" / "failed": end the run so; None: just let go
-        self.error = error
+    `status` "canceled" or "failed": this worker ends the run so (with `error`); None: it
+    lets the run go for another claim (`release`: at once, as a draining worker does).
+    """
+
+    why: str
+    status: str | None = None
+    error: Any = None
+    release: bool = False
+
+    def __str__(self) -> str:
+        return self.why
 
 
 @dataclass
@@ -108,6 +116,7 @@ class Execution:
         self._to_start: list[Command] = []
         self._active: dict[asyncio.Task[None], Command] = {}
         self.concluded = False
+        self.interrupting = False  # bodies are being cancelled by the engine
         self._seq = self.history.max_seq
         self._unpublished: set[int] = set()  # reserved, outcome unknown: holds later ones
         self._in_flight: dict[int, PendingStep] = {}  # delivered, record not durable yet
@@ -120,6 +129,7 @@ class Execution:
         self.fatal: BaseException | None = None
         self.stop: Stop | None = None
         self.compensations: list[tuple[int, Command]] = []
+        self._compensated = self.history.compensations_done()
         self._home: asyncio.AbstractEventLoop | None = None
         self.steps = StepApi(self)
 
@@ -172,6 +182,7 @@ class Execution:
         cmd = cmd_factory(self._position)
         cmd.recorded = rec
         cmd.gate = self._delivered
+        cmd.future.add_done_callback(lambda future: self._awaited_no_more(cmd, future))
         self.commands[cmd.position] = cmd
         if rec is None or not rec.resolves:
             self._to_start.append(cmd)
@@ -244,9 +255,11 @@ class Execution:
         self.publish(step.seq, cmd, value, error, record=step)
         cmd.recording = True
         self._changed.set()
-        await self.recorder.record(self.lease, step)
+        status = await self.recorder.record(self.lease, step)
         cmd.recording = False
         self._durable(step.seq, cmd)
+        if status == "canceled":  # its NOTIFY did not reach us
+            self.halt(Stop("canceled", "canceled"))
 
     async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None:
         if self.stop is not None and self.stop.status is not None:
@@ -284,13 +297,78 @@ class Execution:
             return
         commands, self._to_start = self._to_start, []
         for cmd in commands:
-            task = asyncio.get_running_loop().create_task(self._lifecycle(cmd))
-            self._active[task] = cmd
-            task.add_done_callback(self._lifecycle_done)
+            self._spawn(cmd, self._lifecycle(cmd))
+
+    def _spawn(self, cmd: Command, work: Coroutine[Any, Any, None]) -> None:
+        cmd.active = True
+        task = self._home_loop().create_task(work)
+        self._active[task] = cmd
+        task.add_done_callback(self._lifecycle_done)
+
+    def _home_loop(self) -> asyncio.AbstractEventLoop:
+        assert self._home is not None
+        return self._home
 
     def _lifecycle_done(self, task: asyncio.Task[Any]) -> None:
-        self._active.pop(task, None)
+        cmd = self._active.pop(task, None)
+        if cmd is not None:
+            cmd.active = False
+            if cmd.wait is not None and not cmd.settled:
+                self._arm(cmd)
         self._changed.set()
+
+    # --------------------------------------------------------------- waits while live
+
+    def _arm(self, cmd: Command) -> None:
+        """A command waits: take it up again at its wake time if this claim still runs
+        then (a sleep or time-out beside a body that is still working)."""
+        assert cmd.wait is not None
+        if cmd.abandoned:
+            self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
+            return
+        if cmd.wait.wake_at is not None:
+            delay = max((cmd.wait.wake_at - self.now()).total_seconds(), 0.0)
+            cmd.timer = self._home_loop().call_later(delay, self._take_up, cmd, False)
+
+    def _take_up(self, cmd: Command, poked: bool) -> None:
+        if (self.stop or self.fatal or self.concluded or cmd.settled or cmd.abandoned
+                or cmd.active or cmd.wait is None):  # fmt: skip
+            return
+        if cmd.timer is not None:
+            cmd.timer.cancel()
+        cmd.recorded, cmd.wait, cmd.timer, cmd.poked = cmd.wait.resume(cmd), None, None, poked
+        self._to_start.append(cmd)
+        self._changed.set()
+
+    def poke(self) -> None:
+        """Something may have arrived for this run (a signal, a child's end): look again."""
+        for cmd in list(self.commands.values()):
+            if cmd.kind in ("signal-wait", "child"):
+                self._take_up(cmd, poked=True)
+
+    def _awaited_no_more(self, cmd: Command, future: asyncio.Future[Any]) -> None:
+        """The workflow cancelled its wait for `cmd` (a `wait_first` loser): a step in
+        flight finishes and is recorded; a wait ends, giving back a delivered signal."""
+        if not future.cancelled() or cmd.settled:
+            return
+        cmd.abandoned = True
+        if cmd in self._to_start:
+            self._to_start.remove(cmd)
+            rec = cmd.recorded
+            if rec is not None and rec.waiting and not self.collect_only:
+                self._spawn(cmd, self._abandon(cmd, rec.attempt))
+        elif cmd.wait is not None and not cmd.active:
+            if cmd.timer is not None:
+                cmd.timer.cancel()
+            self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
+
+    async def _abandon(self, cmd: Command, attempt: int) -> None:
+        try:
+            await self.store.abandon_wait(self.lease, cmd.position, attempt)
+        except Exception as exc:
+            if not self.concluded:
+                self.halt(Stop(f"{type(exc).__name__}: {exc}"))
+        cmd.wait = None
 
     async def _lifecycle(self, cmd: Command) -> None:
         try:
@@ -317,14 +395,11 @@ class Execution:
         """Stop driving the workflow and interrupt every step body in flight."""
         if self.stop is None:
             self.stop = stop
-        for cmd in self.commands.values():
-            if cmd.step_context is not None:
-                cmd.step_context.cancelled.set()
-            if cmd.body is not None:
-                cmd.body.cancel()
+        self.interrupt_bodies()
         self._changed.set()
 
     def interrupt_bodies(self) -> None:
+        self.interrupting = True
         for cmd in self.commands.values():
             if cmd.step_context is not None:
                 cmd.step_context.cancelled.set()
@@ -357,7 +432,7 @@ class Execution:
                 await self._execute()
         except (LeaseLostError, DatabaseUnavailable) as exc:
             log.warning("run %s: %s; it is left to be claimed again", self.run_id, exc)
-        except Exception as exc:  # a defect of the engine: end the run rather than loop
+        except (Exception, asyncio.CancelledError) as exc:  # a defect: end the run, no loop
             log.error("run %s: unexpected error; the run fails", self.run_id, exc_info=exc)
             with contextlib.suppress(Exception):
                 await self.store.finish_run(self.lease, "failed", None, describe(exc))
@@ -405,6 +480,7 @@ class Execution:
             self._changed.clear()
             await self._changed.wait()
             self._deliver()
+        self._start_issued()  # what the workflow issued as it returned (a child to start)
         return main
 
     def _replay(self) -> None:
@@ -429,9 +505,11 @@ class Execution:
 
     async def _park(self) -> bool:
         """Everything left waits: park the run until the earliest wake-up. False: nothing waits."""
-        waits = [c.wait for c in self.commands.values() if c.wait is not None and not c.settled]
+        waits = [c.wait for c in self.commands.values()
+                 if c.wait is not None and not c.settled and not c.abandoned]  # fmt: skip
         if not waits:
             return False
+        self.concluded = True
         wakes = [w.wake_at for w in waits if w.wake_at is not None]
         wake_at = min(wakes) if wakes else None
         status = "pending" if all(w.retry for w in waits) else "waiting"
@@ -448,7 +526,7 @@ class Execution:
         await self._quiesce(fold=ends_well)
         if stop is not None and stop.status is None:  # let go: someone else continues
             log.warning("run %s: %s; it is left to be claimed again", self.run_id, stop)
-            if str(stop) == "shutdown":
+            if stop.release:
                 with contextlib.suppress(Exception):
                     await self.store.release(self.lease)
             return
@@ -494,6 +572,9 @@ class Execution:
         await self._quiesce()
         attempts = self.row["attempts"]
         if retry and attempts < self.row["max_attempts"]:
+            for cmd in self.commands.values():  # its waits end with it
+                if cmd.wait is not None and not cmd.settled:
+                    await self.store.abandon_wait(self.lease, cmd.position, cmd.wait.attempt)
             delay = self.workflow.retry.delay(attempts).total_seconds()
             log.warning("run %s: attempt %d failed (%s); retrying in %gs",
                         self.run_id, attempts, error, delay)  # fmt: skip
@@ -507,7 +588,7 @@ class Execution:
     async def _compensate(self) -> None:
         """Run each completed step's undo once, newest first (durably: recorded steps)."""
         await self._quiesce()
-        done = self.history.compensations_done()
+        done = self._compensated
         todo = [cmd for _, cmd in sorted(self.compensations, key=lambda c: c[0], reverse=True)]
         for cmd in todo:
             if cmd.position not in done:

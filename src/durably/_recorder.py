@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ._errors import LeaseLostError
+from ._errors import DatabaseUnavailable, LeaseLostError
 from ._store import Lease, PendingStep, Store
 
 MAX_IN_FLIGHT = 4
@@ -23,13 +23,14 @@ class StepRecorder:
     def __init__(self, store: Store, worker_id: str) -> None:
         self._store = store
         self._worker_id = worker_id
-        self._queue: list[tuple[Lease, PendingStep, asyncio.Future[None]]] = []
+        self._queue: list[tuple[Lease, PendingStep, asyncio.Future[str]]] = []
         self._in_flight: set[asyncio.Task[None]] = set()
         self._scheduled = False
 
-    async def record(self, lease: Lease, step: PendingStep) -> None:
-        """Return once the step is durable; LeaseLostError if its lease was gone."""
-        future = asyncio.get_running_loop().create_future()
+    async def record(self, lease: Lease, step: PendingStep) -> str:
+        """Return once the step is durable (with its run's status); LeaseLostError if its
+        lease was gone."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         if not self._queue and not self._in_flight and not self._scheduled:
             # Alone: write it from this task at once (no hop through the loop); records
             # arriving meanwhile queue up behind it and form the next batch.
@@ -41,11 +42,10 @@ class StepRecorder:
             finally:
                 self._in_flight.discard(task)
                 self._kick()
-            future.result()  # raises LeaseLostError (or the database's error)
-            return
+            return future.result()  # raises LeaseLostError (or the database's error)
         self._queue.append((lease, step, future))
         self._kick()
-        await future
+        return await future
 
     def _kick(self) -> None:
         if self._queue and not self._scheduled and len(self._in_flight) < MAX_IN_FLIGHT:
@@ -61,21 +61,30 @@ class StepRecorder:
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
 
-    async def _send(self, batch: list[tuple[Lease, PendingStep, asyncio.Future[None]]]) -> None:
+    async def _send(self, batch: list[tuple[Lease, PendingStep, asyncio.Future[str]]]) -> None:
         try:
             written = await self._store.record_many(
                 self._worker_id, [(lease, step) for lease, step, _ in batch]
             )
-        except Exception as exc:
+        except DatabaseUnavailable as exc:
             for _, _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0][2].set_exception(exc)
+                return
+            # One record the database refuses must not fail its neighbours: alone, each
+            # record learns its own fate.
+            for entry in batch:
+                await self._send([entry])
         else:
             for lease, step, future in batch:
                 if future.done():
                     continue
-                if (lease.run_id, step.position, step.attempt) in written:
-                    future.set_result(None)
+                status = written.get((lease.run_id, step.position, step.attempt))
+                if status is not None:
+                    future.set_result(status)
                 else:
                     future.set_exception(LeaseLostError(
                         f"lost the lease on run {lease.run_id}; the result of step "

@@ -100,6 +100,15 @@ class PendingStep:
         return f'{head[:-1]}, "output": {self.output_json or "null"}}}'
 
 
+class _BodyFailed(Exception):
+    """Carries a `step.transaction` body's own error past the connector, which would
+    take a database error for the engine's (its retry policy decides, not the lease)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Store:
     """durably's tables, as operations."""
 
@@ -239,8 +248,11 @@ class Store:
         return {"delivered_to": delivered, "buffered": not delivered, "duplicate": False}
 
     async def _live_run(self, tx: Tx, run_id: str, action: str) -> None:
-        """Lock the run against a concurrent end until `tx` ends; refuse a finished one."""
-        rows = await tx.fetch("get_run_for_share", run_id=run_id)
+        """Lock the run against a concurrent end until `tx` ends; refuse a finished one.
+        A cancel locks it for update at once (two cancels must not both upgrade a share
+        lock: they would deadlock)."""
+        query = "get_run_for_update" if action == "cancel" else "get_run_for_share"
+        rows = await tx.fetch(query, run_id=run_id)
         if not rows:
             raise RunNotFound(f"no run with id {run_id!r}")
         if rows[0]["status"] in ("completed", "failed", "canceled"):
@@ -279,13 +291,16 @@ class Store:
         )
         return rows[0]["next_at"], rows[0]["db_now"]
 
-    async def heartbeat(self, worker_id: str, held: dict[str, int], lease_s: float) -> set[str]:
-        """Renew every lease in `held`; the run ids whose lease still holds."""
+    async def heartbeat(
+        self, worker_id: str, held: dict[str, int], lease_s: float
+    ) -> dict[str, Row]:
+        """Renew every lease in `held`; for each run whose lease still holds, its `status`
+        and whether something asked to wake it (`wake_requested`)."""
         rows = await self.db.fetch(
             "heartbeat", worker_id=worker_id, ids=list(held), fences=list(held.values()),
             lease=lease_s,
         )  # fmt: skip
-        return {r["id"] for r in rows}
+        return {r["id"]: r for r in rows}
 
     async def worker_seen(
         self, worker_id: str, pairs: list[tuple[str, str]], concurrency: int
@@ -298,12 +313,13 @@ class Store:
     async def worker_gone(self, worker_id: str) -> None:
         await self.db.fetch("worker_gone", worker_id=worker_id)
 
-    async def check_held(self, worker_id: str, held: dict[str, int]) -> dict[str, str]:
-        """Of the runs in `held`, those this worker still owns, with their status."""
+    async def check_held(self, worker_id: str, held: dict[str, int]) -> dict[str, Row]:
+        """Of the runs in `held`, those this worker still owns (without renewing), with
+        their `status` and `wake_requested`."""
         rows = await self.db.fetch(
             "check_held", worker_id=worker_id, ids=list(held), fences=list(held.values())
         )
-        return {r["id"]: r["status"] for r in rows}
+        return {r["id"]: r for r in rows}
 
     async def record_start(
         self,
@@ -341,12 +357,13 @@ class Store:
 
     async def record_many(
         self, worker_id: str, items: list[tuple[Lease, PendingStep]]
-    ) -> set[tuple[str, int, int]]:
+    ) -> dict[tuple[str, int, int], str]:
         """Record step attempts of several runs in one statement, each under its own
-        lease; the (run, position, attempt) keys that were written."""
+        lease; the (run, position, attempt) keys that were written, with their run's
+        status (a canceled run's worker may have missed the news)."""
         batch = "[" + ",".join(step.batch_entry(lease) for lease, step in items) + "]"
         rows = await self.db.fetch("record_many", worker_id=worker_id, batch=batch)
-        return {(r["run_id"], r["position"], r["attempt"]) for r in rows}
+        return {(r["run_id"], r["position"], r["attempt"]): r["run_status"] for r in rows}
 
     async def resolve_wait(
         self,
@@ -438,14 +455,19 @@ class Store:
         try:
             async with self.db.transaction() as tx:
                 await self.check_lease(tx, lease)
-                result = fn(tx.connection, *args)
-                if inspect.isawaitable(result):
-                    result = await result
+                try:
+                    result = fn(tx.connection, *args)
+                    if inspect.isawaitable(result):
+                        result = await result
+                except Exception as exc:  # the body's own error, even a database one
+                    raise _BodyFailed(exc) from exc
                 output = encode_result(result)
                 await self.record_finish(lease, PendingStep(
                     position, attempt, step, "transaction", "completed", output_json=output,
                     seq=seq,
                 ), tx)  # fmt: skip
+        except _BodyFailed as failed:
+            raise failed.error from failed.error.__cause__
         except DatabaseUnavailable:
             if output is None:
                 raise
@@ -454,6 +476,15 @@ class Store:
                 raise
         assert output is not None
         return output
+
+    async def abandon_wait(self, lease: Lease, position: int, attempt: int) -> None:
+        """End a wait the workflow stopped awaiting; a signal delivered to it goes back to
+        the run's buffer."""
+        rows = await self.db.fetch(
+            "abandon_wait", **lease.params(), position=position, attempt=attempt
+        )
+        if not rows or not rows[0]["held"]:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id}")
 
     async def lock_signal(self, tx: Tx, name: str) -> None:
         """Serialize with every send and wait on `name` until `tx` ends."""

@@ -200,9 +200,17 @@ class Worker:
         self._hint = True
         self._wake.set()
 
+    def _poke(self, run_id: str) -> None:
+        entry = self.running.get(run_id)
+        if entry is not None:
+            entry[0].poke()
+
     def _on_message(self, message: str) -> None:
         if message.startswith("cancel:"):
             self._halt(message.removeprefix("cancel:"), Stop("canceled", "canceled"))
+        elif message.startswith("wake:"):
+            self._poke(message.removeprefix("wake:"))
+            return
         elif message == "changed" and self.running:
             # SQLite: some commit happened, maybe our own. Check our runs are still ours;
             # new work waits for the next batch (a busy worker claims in batches anyway).
@@ -216,10 +224,13 @@ class Worker:
         with contextlib.suppress(DatabaseUnavailable):
             still = await self.app.store.check_held(self.worker_id, held)
             for run_id in held:
-                if run_id not in still:
+                row = still.get(run_id)
+                if row is None:
                     self._halt(run_id, Stop("the run was taken over"))
-                elif still[run_id] == "canceled":
+                elif row["status"] == "canceled":
                     self._halt(run_id, Stop("canceled", "canceled"))
+                elif row["wake_requested"]:
+                    self._poke(run_id)
         await asyncio.sleep(0.1)  # at most ten checks a second
 
     def _halt(self, run_id: str, stop: Stop) -> None:
@@ -241,10 +252,15 @@ class Worker:
         sent = asyncio.get_running_loop().time()
         still = await self.app.store.heartbeat(self.worker_id, held, self.lease_s)
         for run_id in held:
-            if run_id in still:
-                self._lease_until[run_id] = sent + self.lease_s
-            else:
+            row = still.get(run_id)
+            if row is None:
                 self._halt(run_id, Stop("its lease was lost"))
+                continue
+            self._lease_until[run_id] = sent + self.lease_s
+            if row["status"] == "canceled":  # in case its NOTIFY was missed
+                self._halt(run_id, Stop("canceled", "canceled"))
+            elif row["wake_requested"]:
+                self._poke(run_id)
 
     async def _heartbeat_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -279,6 +295,6 @@ class Worker:
         await asyncio.wait(tasks, timeout=self.grace_s)
         for x, task in list(self.running.values()):
             if not task.done():
-                self._halt(x.run_id, Stop("shutdown"))
+                self._halt(x.run_id, Stop("the worker is shutting down", release=True))
         await asyncio.gather(*(task for _, task in self.running.values()),
                              return_exceptions=True)  # fmt: skip

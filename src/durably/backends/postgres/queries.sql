@@ -1,7 +1,9 @@
 -- Named queries of the PostgreSQL backend. `{schema}` is the validated schema identifier,
 -- `:name` a parameter. JSON goes in and comes out as text; the engine encodes and decodes.
 -- A "fenced" query writes only while (run_id, fence, worker_id) still holds a live lease;
--- it takes FOR SHARE on the run row so that no claim can bump the fence before it commits.
+-- it takes FOR KEY SHARE on the run row so that no claim (FOR UPDATE) can bump the fence
+-- before it commits, while heartbeats and cancels (plain updates) are not held up by a
+-- long `step.transaction`.
 
 -- name: insert_run
 WITH ins AS (
@@ -27,6 +29,9 @@ SELECT * FROM {schema}.runs WHERE id = :run_id;
 
 -- name: get_run_for_share
 SELECT * FROM {schema}.runs WHERE id = :run_id FOR SHARE;
+
+-- name: get_run_for_update
+SELECT * FROM {schema}.runs WHERE id = :run_id FOR NO KEY UPDATE;
 
 -- name: list_runs
 SELECT * FROM {schema}.runs
@@ -99,26 +104,27 @@ WITH held AS (
     WHERE r.worker_id = :worker_id AND r.lease_expires_at > now()
       AND (r.status = 'running' OR r.compensating)
     ORDER BY r.id
-    FOR UPDATE
+    FOR NO KEY UPDATE
 )
 UPDATE {schema}.runs r SET
     lease_expires_at = now() + :lease * interval '1 second',
     available_at = now() + :lease * interval '1 second'
 FROM held WHERE r.id = held.id
-RETURNING r.id;
+RETURNING r.id, r.status, r.wake_requested;
 
 -- name: check_lease
 SELECT now() AS db_now FROM {schema}.runs
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running' OR compensating)
-FOR SHARE;
+FOR KEY SHARE;
 
 -- name: record_start
 WITH lease AS (
     SELECT 1 FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-      AND lease_expires_at > now() AND (status = 'running' OR compensating)
-    FOR SHARE
+      AND lease_expires_at > now()
+      AND (status = 'running' OR (compensating AND CAST(:position AS integer) < 0))
+    FOR KEY SHARE
 )
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
     worker_id, signal, child_run_id, wake_at, workflow_attempt)
@@ -135,7 +141,7 @@ WITH lease AS (
     SELECT 1 FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
-    FOR SHARE
+    FOR KEY SHARE
 )
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
     compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
@@ -163,7 +169,7 @@ WITH lease AS (
     SELECT 1 FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
-    FOR SHARE
+    FOR KEY SHARE
 )
 UPDATE {schema}.step_attempts SET
     status = CASE WHEN delivered_at IS NOT NULL THEN 'completed' ELSE :status END,
@@ -248,9 +254,10 @@ WITH v AS (
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
         updated_at = now()
     FROM done WHERE p.id = done.parent_run_id AND p.status IN ('waiting', 'running', 'pending')
-    RETURNING p.id
+    RETURNING p.id, p.wake_requested
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
+    UNION ALL SELECT pg_notify(:channel, 'wake:' || id) FROM parent WHERE wake_requested
 )
 SELECT done.id, (SELECT count(*) FROM notified) AS notified,
     (SELECT count(*) FROM leftover) AS leftover, (SELECT count(*) FROM records) AS records
@@ -326,14 +333,19 @@ SELECT * FROM {schema}.signals
 WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency_key;
 
 -- name: deliver_signal
-WITH waits AS (
-    UPDATE {schema}.step_attempts a SET output = CAST(:data AS jsonb), delivered_at = now()
-    FROM {schema}.runs r
+-- One signal reaches one wait per run (its earliest), and every run waiting on the name.
+-- The data waits on the attempt until the run's own worker records it (see 0004).
+WITH targets AS (
+    SELECT DISTINCT ON (a.run_id) a.id
+    FROM {schema}.step_attempts a JOIN {schema}.runs r ON r.id = a.run_id
     WHERE a.kind = 'signal-wait' AND a.status = 'running' AND a.signal = :name
-      AND a.delivered_at IS NULL
-      AND r.id = a.run_id AND r.namespace = :namespace
+      AND a.delivered_at IS NULL AND r.namespace = :namespace
       AND r.status IN ('pending', 'running', 'waiting')
       AND (CAST(:run_id AS text) IS NULL OR a.run_id = :run_id)
+    ORDER BY a.run_id, a.position
+), waits AS (
+    UPDATE {schema}.step_attempts a SET output = CAST(:data AS jsonb), delivered_at = now()
+    FROM targets WHERE a.id = targets.id
     RETURNING a.run_id
 ), woke AS (
     UPDATE {schema}.runs r SET
@@ -342,9 +354,10 @@ WITH waits AS (
         available_at = CASE WHEN r.status = 'waiting' THEN now() ELSE r.available_at END,
         updated_at = now()
     WHERE r.id IN (SELECT run_id FROM waits)
-    RETURNING r.id
+    RETURNING r.id, r.wake_requested
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM woke LIMIT 1) AS x
+    UNION ALL SELECT pg_notify(:channel, 'wake:' || id) FROM woke WHERE wake_requested
 )
 SELECT DISTINCT run_id, (SELECT count(*) FROM notified) AS notified FROM waits;
 
@@ -370,7 +383,7 @@ SELECT table_schema || '.' || table_name AS name FROM information_schema.tables
 WHERE table_schema = :schema ORDER BY table_name;
 
 -- name: check_held
-SELECT r.id, r.status FROM {schema}.runs r
+SELECT r.id, r.status, r.wake_requested FROM {schema}.runs r
 JOIN unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS h(id, fence)
   ON r.id = h.id AND r.fence = h.fence
 WHERE r.worker_id = :worker_id AND (r.status = 'running' OR r.compensating);
@@ -422,12 +435,12 @@ WITH v AS (
         output jsonb, error jsonb, compensable boolean, elapsed_s float8,
         workflow_attempt integer, seq integer, wake_s float8)
 ), lease AS (
-    SELECT r.id, r.fence FROM {schema}.runs r
+    SELECT r.id, r.fence, r.status FROM {schema}.runs r
     WHERE r.id IN (SELECT run_id FROM v) AND r.worker_id = :worker_id
       AND r.lease_expires_at > now() AND (r.status = 'running' OR r.compensating)
     ORDER BY r.id
-    FOR SHARE
-)
+    FOR KEY SHARE
+), ins AS (
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
     compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
     seq, wake_at)
@@ -440,4 +453,28 @@ ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
     seq = excluded.seq, wake_at = excluded.wake_at
 WHERE {schema}.step_attempts.status <> 'completed'
-RETURNING run_id, position, attempt;
+RETURNING run_id, position, attempt
+)
+-- The run's status rides back: a cancel whose NOTIFY was missed is seen here.
+SELECT ins.*, lease.status AS run_status FROM ins JOIN lease ON lease.id = ins.run_id;
+
+-- name: abandon_wait
+-- The workflow stopped waiting (a `wait_first` loser, a workflow retry): the wait ends
+-- canceled; a signal already delivered to it goes back to the run's buffer.
+WITH lease AS (
+    SELECT namespace FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating)
+    FOR KEY SHARE
+), gone AS (
+    UPDATE {schema}.step_attempts SET status = 'canceled', finished_at = now()
+    WHERE run_id = :run_id AND position = :position AND attempt = :attempt
+      AND status = 'running' AND EXISTS (SELECT 1 FROM lease)
+    RETURNING kind, signal, output, delivered_at
+), back AS (
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered)
+    SELECT lease.namespace, gone.signal, gone.output, :run_id, true FROM gone, lease
+    WHERE gone.kind = 'signal-wait' AND gone.delivered_at IS NOT NULL
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS returned;

@@ -25,6 +25,9 @@ SELECT * FROM {schema}_runs WHERE id = :run_id;
 -- name: get_run_for_share
 SELECT * FROM {schema}_runs WHERE id = :run_id;
 
+-- name: get_run_for_update
+SELECT * FROM {schema}_runs WHERE id = :run_id;
+
 -- name: list_runs
 SELECT * FROM {schema}_runs
 WHERE (:status IS NULL OR status = :status)
@@ -94,7 +97,7 @@ UPDATE {schema}_runs SET lease_expires_at = now() + :lease, available_at = now()
 WHERE worker_id = :worker_id AND lease_expires_at > now() AND (status = 'running' OR compensating)
   AND EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
               WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence)
-RETURNING id;
+RETURNING id, status, wake_requested;
 
 -- name: check_lease
 SELECT now() AS db_now FROM {schema}_runs
@@ -109,7 +112,8 @@ SELECT :run_id, :position, :attempt, :step, :kind, 'running', :fence, :worker_id
     :workflow_attempt
 WHERE EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-      AND lease_expires_at > now() AND (status = 'running' OR compensating))
+      AND lease_expires_at > now()
+      AND (status = 'running' OR (compensating AND :position < 0)))
 ON CONFLICT (run_id, position, attempt) DO NOTHING
 RETURNING wake_at;
 
@@ -278,8 +282,12 @@ WHERE namespace = :namespace AND status IN ('pending', 'running', 'waiting')
              WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name
                AND delivered_at IS NULL);
 UPDATE {schema}_step_attempts SET output = :data, delivered_at = now()
-WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name AND delivered_at IS NULL
-  AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
+WHERE id IN (
+    SELECT (SELECT a.id FROM {schema}_step_attempts a
+            WHERE a.run_id = r.id AND a.kind = 'signal-wait' AND a.status = 'running'
+              AND a.signal = :name AND a.delivered_at IS NULL
+            ORDER BY a.position LIMIT 1)
+    FROM {schema}_runs r WHERE r.claim_token = :token);
 UPDATE {schema}_runs SET
     wake_requested = (status = 'running'),
     status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
@@ -309,7 +317,7 @@ SELECT name FROM sqlite_master
 WHERE type = 'table' AND name LIKE :schema || '\_%' ESCAPE '\' ORDER BY name;
 
 -- name: check_held
-SELECT id, status FROM {schema}_runs
+SELECT id, status, wake_requested FROM {schema}_runs
 WHERE EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
               WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence)
   AND worker_id = :worker_id AND (status = 'running' OR compensating);
@@ -372,4 +380,22 @@ ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
     seq = excluded.seq, wake_at = excluded.wake_at
 WHERE {schema}_step_attempts.status <> 'completed'
-RETURNING run_id, position, attempt;
+RETURNING run_id, position, attempt,
+    (SELECT r.status FROM {schema}_runs r WHERE r.id = run_id) AS run_status;
+
+-- name: abandon_wait
+-- See the PostgreSQL twin: the wait ends canceled, a delivered signal goes back.
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, created_at)
+SELECT r.namespace, a.signal, a.output, :run_id, 1, now()
+FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
+WHERE a.run_id = :run_id AND a.position = :position AND a.attempt = :attempt
+  AND a.status = 'running' AND a.kind = 'signal-wait' AND a.delivered_at IS NOT NULL
+  AND r.fence = :fence AND r.worker_id = :worker_id AND r.lease_expires_at > now()
+  AND (r.status = 'running' OR r.compensating);
+UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now()
+WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND status = 'running'
+  AND EXISTS (SELECT 1 FROM {schema}_runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating));
+SELECT count(*) AS held FROM {schema}_runs
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id AND lease_expires_at > now();
