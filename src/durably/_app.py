@@ -15,8 +15,9 @@ from ._codec import DEFAULT_MAX_PAYLOAD, encode
 from ._durations import Duration
 from ._errors import WorkflowNotFound
 from ._models import Run, StepAttempt
+from ._records import NewRun
 from ._retry import WORKFLOW_DEFAULT, RetryPolicy
-from ._store import NewRun, Store
+from ._store import Store
 from ._workflow import RunHandle, Workflow, WorkflowFn
 from .backends import connect
 

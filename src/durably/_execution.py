@@ -4,10 +4,10 @@ Workflow code runs on a `WorkflowLoop` of its own (see `_loop`). The execution f
 replays: it hands the recorded results back one at a time, in log order, running the
 workflow until it blocks after each, so every branch sees what it saw the first time. Then
 it goes live: commands the workflow issued and history has not resolved get their
-lifecycles (`_commands`) on the worker's loop; each result is recorded (group commit) and
-delivered to the workflow only once durable, in the order of its `seq`. When everything
-left waits (a sleep, a signal, a child, a retry back-off) the run parks; the next claim
-replays from the start.
+lifecycles (`_commands`, `_waits`) on the worker's loop; each result takes the next `seq`
+of the run's log and reaches the workflow in that order (`_runlog`). Waits fire on time
+while other bodies work (`_livewaits`); when everything left waits (a sleep, a signal, a
+child, a retry back-off) the run parks, and the next claim replays from the start.
 
 The engine's own failures never reach workflow code: a lost lease, a failed engine write,
 a shutdown or a cancel stop the execution (nothing more of the workflow runs), and a
@@ -21,13 +21,12 @@ import contextlib
 import logging
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import _telemetry
 from ._clock import Clock
-from ._codec import decode, encode, validate
+from ._codec import decode, encode
 from ._commands import Command, error_for, run_compensation
 from ._context import WorkflowContext
 from ._errors import (
@@ -40,11 +39,14 @@ from ._errors import (
     WorkflowMisuseError,
     describe,
 )
+from ._livewaits import LiveWaits
 from ._loop import WorkflowLoop
 from ._recorder import StepRecorder
+from ._records import Lease
 from ._replay import History
+from ._runlog import Outcome, RunLog, Stop
 from ._steps import StepApi
-from ._store import Lease, PendingStep, Store
+from ._store import Store
 from .backends import Row
 
 if TYPE_CHECKING:
@@ -56,30 +58,7 @@ log = logging.getLogger("durably.worker")
 SETTLE_S = 5.0
 
 
-@dataclass(frozen=True)
-class Stop:
-    """Why an execution stops before its workflow ends.
-
-    `status` "canceled" or "failed": this worker ends the run so (with `error`); None: it
-    lets the run go for another claim (`release`: at once, as a draining worker does).
-    """
-
-    why: str
-    status: str | None = None
-    error: Any = None
-    release: bool = False
-
-    def __str__(self) -> str:
-        return self.why
-
-
-@dataclass
-class Outcome:
-    value: Any = None
-    error: BaseException | None = None
-
-
-class Execution:
+class Execution(RunLog, LiveWaits):
     """One claim of one run, from replay to park or finish."""
 
     def __init__(
@@ -117,13 +96,7 @@ class Execution:
         self._active: dict[asyncio.Task[None], Command] = {}
         self.concluded = False
         self.interrupting = False  # bodies are being cancelled by the engine
-        self._seq = self.history.max_seq
-        self._unpublished: set[int] = set()  # reserved, outcome unknown: holds later ones
-        self._in_flight: dict[int, PendingStep] = {}  # delivered, record not durable yet
-        self._delivered = self._seq
-        self._durable_waiter: asyncio.Future[None] | None = None
-        self._outbox: dict[int, tuple[Command, Outcome]] = {}
-        self._changed = asyncio.Event()
+        self._init_log(self.history.max_seq)
         self.replaying = True
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
@@ -194,102 +167,6 @@ class Execution:
             self.fatal = error
         self._changed.set()
 
-    # --------------------------------------------------------------- the log
-    #
-    # A function step's result is handed to the workflow as soon as its record is sent
-    # (the record is never held: group commit writes it within milliseconds). Until it
-    # is durable nothing the workflow does next can be seen outside: a command issued
-    # after it starts only once every result it could depend on is durable (`gate`), the
-    # run parks only when every record is durable, and it ends in one statement with the
-    # records still in flight. A record that cannot be written stops the execution.
-
-    def reserve(self) -> int:
-        """The next position in the run's log, for an outcome about to be known."""
-        self._seq += 1
-        self._unpublished.add(self._seq)
-        return self._seq
-
-    def unreserve(self, seq: int) -> None:
-        self._unpublished.discard(seq)
-        self._changed.set()
-
-    def publish(
-        self, seq: int, cmd: Command, value: Any = None, error: BaseException | None = None,
-        record: PendingStep | None = None,
-    ) -> None:  # fmt: skip
-        """Outcome `seq` is known (and durable unless its `record` is still in flight):
-        deliver it once every earlier one is known."""
-        self._unpublished.discard(seq)
-        if error is None:
-            cmd.value = value
-        if record is not None:
-            self._in_flight[seq] = record
-        elif error is None and cmd.compensate is not None:
-            self.compensations.append((seq, cmd))
-        self._outbox[seq] = (cmd, Outcome(value, error))
-        self._changed.set()
-
-    def _durable(self, seq: int, cmd: Command) -> None:
-        record = self._in_flight.pop(seq)
-        if record.status == "completed" and cmd.compensate is not None:
-            self.compensations.append((seq, cmd))
-        waiter, self._durable_waiter = self._durable_waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def _durable_through(self, seq: int) -> None:
-        """Wait until every result up to `seq` is durable."""
-        while any(s <= seq for s in self._in_flight):
-            if self._durable_waiter is None:
-                self._durable_waiter = asyncio.get_running_loop().create_future()
-            await self._durable_waiter
-
-    async def record(self, step: PendingStep) -> None:
-        await self.recorder.record(self.lease, step)
-
-    async def settle(
-        self, cmd: Command, step: PendingStep, value: Any = None, error: BaseException | None = None
-    ) -> None:
-        """Record a step's outcome as the next entry of the log and deliver it."""
-        step.seq = self.reserve()
-        self.publish(step.seq, cmd, value, error, record=step)
-        cmd.recording = True
-        self._changed.set()
-        status = await self.recorder.record(self.lease, step)
-        cmd.recording = False
-        self._durable(step.seq, cmd)
-        if status == "canceled":  # its NOTIFY did not reach us
-            self.halt(Stop("canceled", "canceled"))
-
-    async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None:
-        if self.stop is not None and self.stop.status is not None:
-            with contextlib.suppress(Exception):
-                await self.record(PendingStep(
-                    cmd.position, attempt, cmd.name, cmd.kind, "canceled", elapsed_s=elapsed
-                ))  # fmt: skip
-
-    def _deliver(self) -> None:
-        while self._outbox and self.fatal is None and self.stop is None:
-            seq = min(self._outbox)
-            if self._unpublished and min(self._unpublished) < seq:
-                return
-            cmd, outcome = self._outbox.pop(seq)
-            self._delivered = seq
-            self._resolve(cmd, outcome)
-
-    def _resolve(self, cmd: Command, outcome: Outcome) -> None:
-        """Hand one result to the workflow and run it until it blocks again."""
-        cmd.settled = True
-        if not cmd.future.done():
-            if outcome.error is not None:
-                cmd.future.set_exception(outcome.error)
-            else:
-                try:
-                    cmd.future.set_result(_typed(cmd, outcome.value))
-                except InvalidInput as exc:
-                    cmd.future.set_exception(exc)
-        self.loop.run_until_blocked()
-
     # --------------------------------------------------------------- lifecycles
 
     def _start_issued(self) -> None:
@@ -316,59 +193,6 @@ class Execution:
             if cmd.wait is not None and not cmd.settled:
                 self._arm(cmd)
         self._changed.set()
-
-    # --------------------------------------------------------------- waits while live
-
-    def _arm(self, cmd: Command) -> None:
-        """A command waits: take it up again at its wake time if this claim still runs
-        then (a sleep or time-out beside a body that is still working)."""
-        assert cmd.wait is not None
-        if cmd.abandoned:
-            self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
-            return
-        if cmd.wait.wake_at is not None:
-            delay = max((cmd.wait.wake_at - self.now()).total_seconds(), 0.0)
-            cmd.timer = self._home_loop().call_later(delay, self._take_up, cmd, False)
-
-    def _take_up(self, cmd: Command, poked: bool) -> None:
-        if (self.stop or self.fatal or self.concluded or cmd.settled or cmd.abandoned
-                or cmd.active or cmd.wait is None):  # fmt: skip
-            return
-        if cmd.timer is not None:
-            cmd.timer.cancel()
-        cmd.recorded, cmd.wait, cmd.timer, cmd.poked = cmd.wait.resume(cmd), None, None, poked
-        self._to_start.append(cmd)
-        self._changed.set()
-
-    def poke(self) -> None:
-        """Something may have arrived for this run (a signal, a child's end): look again."""
-        for cmd in list(self.commands.values()):
-            if cmd.kind in ("signal-wait", "child"):
-                self._take_up(cmd, poked=True)
-
-    def _awaited_no_more(self, cmd: Command, future: asyncio.Future[Any]) -> None:
-        """The workflow cancelled its wait for `cmd` (a `wait_first` loser): a step in
-        flight finishes and is recorded; a wait ends, giving back a delivered signal."""
-        if not future.cancelled() or cmd.settled:
-            return
-        cmd.abandoned = True
-        if cmd in self._to_start:
-            self._to_start.remove(cmd)
-            rec = cmd.recorded
-            if rec is not None and rec.waiting and not self.collect_only:
-                self._spawn(cmd, self._abandon(cmd, rec.attempt))
-        elif cmd.wait is not None and not cmd.active:
-            if cmd.timer is not None:
-                cmd.timer.cancel()
-            self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
-
-    async def _abandon(self, cmd: Command, attempt: int) -> None:
-        try:
-            await self.store.abandon_wait(self.lease, cmd.position, attempt)
-        except Exception as exc:
-            if not self.concluded:
-                self.halt(Stop(f"{type(exc).__name__}: {exc}"))
-        cmd.wait = None
 
     async def _lifecycle(self, cmd: Command) -> None:
         try:
@@ -618,9 +442,3 @@ class Execution:
             return await wf.fn(ctx)
         ctx.input = wf.parse_input(decode(self.row["input"]))
         return await wf.fn(ctx, ctx.input)
-
-
-def _typed(cmd: Command, value: Any) -> Any:
-    if cmd.result_type is Any:
-        return value
-    return validate(cmd.result_type, value, "a step result")

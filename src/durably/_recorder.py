@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 
 from ._errors import DatabaseUnavailable, LeaseLostError
-from ._store import Lease, PendingStep, Store
+from ._records import Lease, PendingStep
+from ._store import Store
 
 MAX_IN_FLIGHT = 4
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import _commands as c
+from . import _waits as w
 from ._codec import encode
 from ._commands import Body, Command, StepCall, signature
 from ._durations import Duration, parse_duration
@@ -106,7 +107,7 @@ class StepApi:
     def sleep(self, name: str, duration: Duration) -> StepCall[None]:
         """Sleep durably: the run parks and no worker is held until `duration` has passed."""
         seconds = parse_duration(duration).total_seconds()
-        lifecycle = functools.partial(c.run_sleep, seconds=seconds)
+        lifecycle = functools.partial(w.run_sleep, seconds=seconds)
         return StepCall(self._issue(name, "sleep", lifecycle))
 
     def wait_for_signal(
@@ -116,7 +117,7 @@ class StepApi:
 
         A signal sent before this wait began was buffered and is received at once.
         """
-        lifecycle = functools.partial(c.run_signal_wait, signal=signal, timeout=_seconds(timeout))
+        lifecycle = functools.partial(w.run_signal_wait, signal=signal, timeout=_seconds(timeout))
         return StepCall(self._issue(name or signal, "signal-wait", lifecycle))
 
     def send_signal(
@@ -126,7 +127,7 @@ class StepApi:
         """Send a signal once, as a recorded step; the §4.3 result."""
         data_json = encode(data, f"the data of signal {signal!r}", self._x.max_payload)
         lifecycle = functools.partial(
-            c.run_send_signal,
+            w.run_send_signal,
             signal=signal,
             data_json=data_json,
             key=idempotency_key,
@@ -172,7 +173,7 @@ class StepApi:
         if on_parent_close not in ("cancel", "abandon"):
             raise ValueError("on_parent_close must be 'cancel' or 'abandon'")
         lifecycle = functools.partial(
-            c.run_child, workflow=workflow, input=input, timeout=_seconds(timeout),
+            w.run_child, workflow=workflow, input=input, timeout=_seconds(timeout),
             on_parent_close=on_parent_close,
         )  # fmt: skip
         cmd = self._issue(name or f"child:{workflow.name}", "child", lifecycle)
@@ -181,7 +182,7 @@ class StepApi:
             child_id = rec.child_run_id
         else:
             attempt = self._x.history.next_attempt(cmd.position)
-            child_id = c.child_run_id(self._x.run_id, cmd.position, attempt)
+            child_id = w.child_run_id(self._x.run_id, cmd.position, attempt)
         return ChildHandle(child_id, StepCall(cmd))
 
 

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
-from ._execution import Execution, Stop
+from ._execution import Execution
 from ._recorder import StepRecorder
+from ._runlog import Stop
 from ._watchdog import LoopWatchdog
 from .backends import Row
 

@@ -13,8 +13,8 @@ from ._codec import encode, validate
 from ._durations import Duration, parse_duration, parse_instant
 from ._errors import InvalidInput, RunFailedError, WorkflowTimeoutError
 from ._models import Run
+from ._records import NewRun
 from ._retry import RetryPolicy
-from ._store import NewRun
 
 if TYPE_CHECKING:
     from ._app import Durably

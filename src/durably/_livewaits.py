@@ -1,0 +1,85 @@
+"""Waits while a run executes: a sleep, a time-out or a retry back-off fires on time beside
+bodies that are still working; a signal or a child's end that arrives meanwhile is picked
+up (`poke`); a wait the workflow stopped awaiting (a `wait_first` loser) ends, giving back
+a signal already delivered to it. When nothing but waits is left, the run parks instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ._commands import Command
+from ._records import Lease
+from ._runlog import Stop
+from ._store import Store
+
+
+class LiveWaits:
+    """Part of `Execution`: its commands' waits while it runs."""
+
+    store: Store
+    lease: Lease
+    commands: dict[int, Command]
+    _to_start: list[Command]
+    _changed: asyncio.Event
+    collect_only: bool
+    concluded: bool
+    fatal: BaseException | None
+    stop: Any
+    halt: Callable[[Any], None]
+    now: Callable[[], Any]
+    _spawn: Callable[[Command, Coroutine[Any, Any, None]], None]
+    _home_loop: Callable[[], asyncio.AbstractEventLoop]
+
+    def _arm(self, cmd: Command) -> None:
+        """A command waits: take it up again at its wake time if this claim still runs
+        then (a sleep or time-out beside a body that is still working)."""
+        assert cmd.wait is not None
+        if cmd.abandoned:
+            self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
+            return
+        if cmd.wait.wake_at is not None:
+            delay = max((cmd.wait.wake_at - self.now()).total_seconds(), 0.0)
+            cmd.timer = self._home_loop().call_later(delay, self._take_up, cmd, False)
+
+    def _take_up(self, cmd: Command, poked: bool) -> None:
+        if (self.stop or self.fatal or self.concluded or cmd.settled or cmd.abandoned
+                or cmd.active or cmd.wait is None):  # fmt: skip
+            return
+        if cmd.timer is not None:
+            cmd.timer.cancel()
+        cmd.recorded, cmd.wait, cmd.timer, cmd.poked = cmd.wait.resume(cmd), None, None, poked
+        self._to_start.append(cmd)
+        self._changed.set()
+
+    def poke(self) -> None:
+        """Something may have arrived for this run (a signal, a child's end): look again."""
+        for cmd in list(self.commands.values()):
+            if cmd.kind in ("signal-wait", "child"):
+                self._take_up(cmd, poked=True)
+
+    def _awaited_no_more(self, cmd: Command, future: asyncio.Future[Any]) -> None:
+        """The workflow cancelled its wait for `cmd` (a `wait_first` loser): a step in
+        flight finishes and is recorded; a wait ends, giving back a delivered signal."""
+        if not future.cancelled() or cmd.settled:
+            return
+        cmd.abandoned = True
+        if cmd in self._to_start:
+            self._to_start.remove(cmd)
+            rec = cmd.recorded
+            if rec is not None and rec.waiting and not self.collect_only:
+                self._spawn(cmd, self._abandon(cmd, rec.attempt))
+        elif cmd.wait is not None and not cmd.active:
+            if cmd.timer is not None:
+                cmd.timer.cancel()
+            self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
+
+    async def _abandon(self, cmd: Command, attempt: int) -> None:
+        try:
+            await self.store.abandon_wait(self.lease, cmd.position, attempt)
+        except Exception as exc:
+            if not self.concluded:
+                self.halt(Stop(f"{type(exc).__name__}: {exc}"))
+        cmd.wait = None

@@ -1,0 +1,195 @@
+"""The lifecycles of commands that wait or talk to other runs: sleeps, signal waits and
+sends, children. A wait is recorded as a `running` attempt with its wake time; the run's own
+worker ends it as the next entry of the log (a signal's data, a time-out's None, a child's
+result), and a run with nothing but waits left parks on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ._codec import decode
+from ._commands import Command, Wait, child_error
+from ._errors import InvalidInput, RunTerminalError, StepFailedError, describe
+from ._records import PendingStep
+
+if TYPE_CHECKING:
+    from ._execution import Execution
+    from ._workflow import Workflow
+
+CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
+
+
+async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
+    rec = cmd.recorded
+    if rec is not None and rec.waiting:
+        attempt, wake_at = rec.attempt, rec.wake_at
+    else:
+        x.spend_attempt()
+        attempt = x.history.next_attempt(cmd.position)
+        x.history.took_attempt(cmd.position, attempt)
+        wake_at = await x.store.record_start(
+            x.lease, cmd.position, attempt, cmd.name, "sleep", wait_s=seconds
+        )
+    if wake_at is not None and wake_at > x.now():
+        cmd.wait = Wait(wake_at, f"sleep:{cmd.name}", attempt=attempt)
+        return
+    await _resolve_wait(x, cmd, attempt, None)
+
+
+async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: float | None) -> None:
+    rec = cmd.recorded
+    if rec is not None and rec.waiting:
+        delivered = rec.delivered
+        if not delivered and cmd.poked:  # a signal may have arrived while we ran
+            row = await x.store.get_attempt(x.run_id, cmd.position, rec.attempt)
+            delivered = row is not None and row["delivered_at"] is not None
+        if delivered or (rec.wake_at is not None and rec.wake_at <= x.now()):
+            await _resolve_wait(x, cmd, rec.attempt, signal)
+        else:
+            cmd.wait = Wait(rec.wake_at, f"signal:{signal}", attempt=rec.attempt)
+        return
+    x.spend_attempt()
+    attempt = x.history.next_attempt(cmd.position)
+    x.history.took_attempt(cmd.position, attempt)
+    seq = x.reserve()
+    try:
+        taken, wake_at = await x.store.begin_signal_wait(
+            x.lease, cmd.position, attempt, cmd.name, signal, timeout, seq
+        )
+    except BaseException:
+        x.unreserve(seq)
+        raise
+    if taken is not None:
+        x.publish(seq, cmd, value=decode(taken))
+        return
+    x.unreserve(seq)
+    if wake_at is not None and wake_at <= x.now():
+        await _resolve_wait(x, cmd, attempt, signal)
+        return
+    cmd.wait = Wait(wake_at, f"signal:{signal}", attempt=attempt)
+
+
+async def _resolve_wait(
+    x: Execution,
+    cmd: Command,
+    attempt: int,
+    signal: str | None,
+    status: str = "completed",
+    output: str | None = None,
+    error: dict[str, Any] | None = None,
+) -> None:
+    """End a recorded wait (a delivered signal's data wins over a timeout's None)."""
+    seq = x.reserve()
+    try:
+        stored = await x.store.resolve_wait(
+            x.lease, cmd.position, attempt, signal, status, output, error, seq
+        )
+    except BaseException:
+        x.unreserve(seq)
+        raise
+    if status == "completed":
+        x.publish(seq, cmd, value=decode(stored))
+    else:
+        assert error is not None
+        x.publish(seq, cmd, error=child_error(error))
+
+
+async def run_send_signal(
+    x: Execution, cmd: Command, signal: str, data_json: str, key: str | None, run_id: str | None
+) -> None:
+    x.spend_attempt()
+    attempt = x.history.next_attempt(cmd.position)
+    x.history.took_attempt(cmd.position, attempt)
+    seq = x.reserve()
+    try:
+        result = await x.store.send_signal_step(
+            x.lease, cmd.position, attempt, cmd.name, seq, signal, data_json, key, run_id,
+            lambda value: x.encode(value, "a signal result"),
+        )  # fmt: skip
+    except Exception as exc:
+        x.unreserve(seq)
+        if x.is_engine_failure(exc):
+            raise
+        # A refused send (the addressed run is finished, or unknown) fails the step.
+        error = describe(exc)
+        await x.settle(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
+        ), error=StepFailedError(cmd.name, error))  # fmt: skip
+        return
+    x.publish(seq, cmd, value=result)
+
+
+# ------------------------------------------------------------------ children
+
+
+async def run_child(
+    x: Execution, cmd: Command, workflow: Workflow, input: Any, timeout: float | None,
+    on_parent_close: str,
+) -> None:  # fmt: skip
+    rec = cmd.recorded
+    if rec is not None and rec.waiting and rec.child_run_id:
+        await check_child(x, cmd, rec.attempt, rec.child_run_id, rec.wake_at)
+        return
+    x.spend_attempt()
+    attempt = x.history.next_attempt(cmd.position)
+    x.history.took_attempt(cmd.position, attempt)
+    child_id = child_run_id(x.run_id, cmd.position, attempt)
+    try:
+        new = workflow.new_run(
+            input, parent_run_id=x.run_id, run_id=child_id, parent_close=on_parent_close
+        )
+    except InvalidInput as exc:
+        error = describe(exc)
+        await x.settle(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
+        ), error=StepFailedError(cmd.name, error))  # fmt: skip
+        return
+    wake_at, created = await x.store.start_child(
+        x.lease, cmd.position, attempt, cmd.name, new, timeout
+    )
+    if created:
+        cmd.wait = Wait(wake_at, f"child:{child_id}", attempt=attempt, child_run_id=child_id)
+    else:  # started before (a lost reply): it may have ended already
+        await check_child(x, cmd, attempt, child_id, wake_at)
+
+
+def child_run_id(run_id: str, position: int, attempt: int = 1) -> str:
+    """Deterministic: a replay that reaches the same call names the same child. A later
+    attempt of the step (after a workflow retry) starts a new child."""
+    key = f"{run_id}/{position}" if attempt == 1 else f"{run_id}/{position}/{attempt}"
+    return uuid.uuid5(CHILD_NAMESPACE, key).hex
+
+
+async def check_child(
+    x: Execution, cmd: Command, attempt: int, child_id: str, wake_at: datetime | None
+) -> None:
+    child = await x.store.get_run(child_id)
+    if child.terminal:
+        if child.status == "completed":
+            out = x.encode(child.output, "a child's result")
+            await _resolve_wait(x, cmd, attempt, None, output=out)
+            return
+        error = {
+            "type": "ChildWorkflowError",
+            "message": f"child run {child.run_id} {child.status}",
+            "child_run_id": child.run_id, "status": child.status, "child_error": child.error,
+        }  # fmt: skip
+    elif wake_at is not None and wake_at <= x.now():
+        with contextlib.suppress(RunTerminalError):
+            await x.store.cancel(
+                child.run_id,
+                {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"},
+            )
+        error = {
+            "type": "WorkflowTimeoutError", "child_run_id": child.run_id,
+            "message": f"child run {child.run_id} did not finish in time; canceled",
+        }  # fmt: skip
+    else:
+        cmd.wait = Wait(wake_at, f"child:{child.run_id}", attempt=attempt,
+                        child_run_id=child.run_id)  # fmt: skip
+        return
+    await _resolve_wait(x, cmd, attempt, None, status="failed", error=error)
