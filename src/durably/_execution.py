@@ -261,7 +261,11 @@ class Execution(RunLog, LiveWaits):
             with contextlib.suppress(Exception):
                 await self.store.finish_run(self.lease, "failed", None, describe(exc))
         finally:
+            self.concluded = True
             self.interrupt_bodies()
+            for cmd in self.commands.values():  # a parked run holds no timer (nor memory)
+                if cmd.timer is not None:
+                    cmd.timer.cancel()
             self.loop.close()
 
     async def _execute(self) -> None:
