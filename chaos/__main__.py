@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -174,6 +175,7 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
         header += f"; PLANTED: {workload.PLANTS[plant]}"
     facts = {
         "client calls retried through outages": load.retried,
+        "generator's signals, as send_signal reported them": _signal_results(load),
         "cancels by outcome": dict(sorted(Counter(
             p.cancel for p in load.plans.values() if p.cancel_after is not None).items())),
         "worker log: leases lost or expired": workers.log_lines("its lease"),
@@ -182,6 +184,15 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
         "worker processes started": sum(s.generation for s in workers.slots),
     }  # fmt: skip
     return invariants.Report(header, ev, invariants.check_all(ev), facts)
+
+
+def _signal_results(load: workload.LoadGenerator) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for plan in load.plans.values():
+        for sent in plan.sent:
+            how = "delivered to a waiting run" if sent["delivered_to"] else "buffered"
+            counts["duplicate (a retried send)" if sent["duplicate"] else how] += 1
+    return dict(sorted(counts.items()))
 
 
 async def _until_quiet(app: Durably, until: float) -> None:
@@ -200,6 +211,9 @@ async def _until_quiet(app: Durably, until: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     work = Path(tempfile.mkdtemp(prefix="chaos-"))
+    # The client's own warnings (reconnects through outages) go to a file, not the report.
+    logging.basicConfig(filename=work / "soak.log", level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     print(f"chaos: seed {args.seed}, {args.minutes:g} min; logs and ledger in {work}",
           flush=True)  # fmt: skip
     with open_target(args.database, args.keep) as target:

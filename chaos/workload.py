@@ -231,7 +231,7 @@ async def child_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> Any:
         await ctx.step.sleep("slow", "60s")
     if spec["mode"] == "fail":
         await ctx.step.run("child-doomed", doomed, retry=ONCE)
-    return await ctx.step.run("child-step", act, spec["value"])
+    return await ctx.step.run("child-step", work, spec["value"], 0)
 
 
 @app.workflow(name="chaos-children")
@@ -309,15 +309,15 @@ class Plan:
     cancel_after: float | None = None
     signals: list[tuple[str, Any]] = field(default_factory=list)  # (idempotency key, data)
     signal_after_wait: bool = False
+    sent: list[dict[str, Any]] = field(default_factory=list)  # what each send reported
     run_id: str | None = None
     cancel: str = "none"  # none | canceled | refused | uncertain (a retried cancel was refused)
     driver_error: str | None = None
 
 
 def _steps(rng: random.Random) -> Plan:
-    steps = [
-        [rng.randrange(1000), rng.choice([0, 0, 10, 50, 200])] for _ in range(rng.randint(2, 5))
-    ]
+    millis = [0, 0, 10, 50, 200, 1500]
+    steps = [[rng.randrange(1000), rng.choice(millis)] for _ in range(rng.randint(2, 5))]
     flaky, caught = rng.choice([None, 0, 1, 2]), rng.random() < 0.4
     out: list[Any] = [v for v, _ in steps]
     out += ["flaky-ok"] * (flaky is not None) + ["caught"] * caught
@@ -328,7 +328,7 @@ def _steps(rng: random.Random) -> Plan:
 def _gather(rng: random.Random) -> Plan:
     branches = [
         [["z", 0, rng.choice([0, 50, 300])] if rng.random() < 0.15
-         else ["s", rng.randrange(1000), rng.choice([0, 0, 20, 100])]
+         else ["s", rng.randrange(1000), rng.choice([0, 0, 20, 100, 800])]
          for _ in range(rng.randint(1, 3))]
         for _ in range(rng.randint(2, 4))
     ]  # fmt: skip
@@ -463,10 +463,10 @@ class LoadGenerator:
         app_ = self.client
         if plan.signals:  # the first signal is sent before the run starts: buffered
             key, data = plan.signals[0]
-            await self._retry(app_.send_signal, data["topic"], data, idempotency_key=key)
+            plan.sent.append(await self._send(data, key))
             if self.plant == "double-signal" and not self._planted:
                 self._planted = True  # planted: the same signal delivered a second time
-                await self._retry(app_.send_signal, data["topic"], data, idempotency_key=f"{key}+")
+                await self._send(data, f"{key}+")
         deadline = None
         if plan.deadline_s is not None:
             deadline = datetime.now(UTC) + timedelta(seconds=plan.deadline_s)
@@ -479,11 +479,17 @@ class LoadGenerator:
             if plan.signal_after_wait:  # the second one reaches a waiting run
                 await self._until(plan, lambda status: status != "pending" and status != "running")
             key, data = plan.signals[1]
-            await self._retry(app_.send_signal, data["topic"], data, idempotency_key=key)
+            plan.sent.append(await self._send(data, key))
         if plan.cancel_after is not None:
             await asyncio.sleep(max(0.0, began + plan.cancel_after - time.monotonic()))
             await self._cancel(plan)
         await self._until(plan, None)
+
+    async def _send(self, data: dict[str, Any], key: str) -> dict[str, Any]:
+        sent: dict[str, Any] = await self._retry(
+            self.client.send_signal, data["topic"], data, idempotency_key=key
+        )
+        return sent
 
     async def _until(self, plan: Plan, status_ok: Any) -> None:
         """Poll the run until `status_ok(status)` (None: until it is done)."""
