@@ -58,11 +58,7 @@ class Target:
 @contextlib.contextmanager
 def open_target(database: str | None, keep: bool) -> Iterator[Target]:
     if database and database.startswith("sqlite:///"):
-        path = Path(database.removeprefix("sqlite:///"))
-        if path.exists():
-            raise SystemExit(f"chaos: {path} exists; name a new file (the soak checks every "
-                             "run in the database)")  # fmt: skip
-        yield Target(database, f"SQLite {path}")
+        yield Target(database, f"SQLite {database.removeprefix('sqlite:///')}")
         return
     if database and database.startswith("postgres"):
         yield from _server_target(database, keep)
@@ -126,6 +122,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     plant = os.environ.get("CHAOS_PLANT", "")
     if plant and plant not in workload.PLANTS:
         p.error(f"CHAOS_PLANT must be one of {', '.join(workload.PLANTS)}")
+    if sqlite and Path(args.database.removeprefix("sqlite:///")).exists():
+        p.error(f"{args.database} exists; name a new file (the soak checks every run in it)")
     if plant == "outside-tx" and sqlite:
         p.error("CHAOS_PLANT=outside-tx needs PostgreSQL (SQLite has one writer at a time)")
     return args

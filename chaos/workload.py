@@ -464,7 +464,7 @@ class LoadGenerator:
         if plan.signals:  # the first signal is sent before the run starts: buffered
             key, data = plan.signals[0]
             plan.sent.append(await self._send(data, key))
-            if self.plant == "double-signal" and not self._planted:
+            if self.plant == "double-signal" and not self._planted and plan.cancel_after is None:
                 self._planted = True  # planted: the same signal delivered a second time
                 await self._send(data, f"{key}+")
         deadline = None
