@@ -39,7 +39,7 @@ from tests.pgcluster import Cluster, available
 
 from durably import DatabaseUnavailable, Durably
 
-from . import invariants, workload
+from . import invariants, ledger, workload
 from .faults import FaultInjector, Workers
 
 PROFILES = {"ci": {"minutes": 2.0, "drain": 45.0, "in_flight": 24, "rate": 5.0}}
@@ -132,13 +132,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 async def soak(args: argparse.Namespace, target: Target, work: Path) -> invariants.Report:
     plant = os.environ.get("CHAOS_PLANT", "")
     rng = random.Random(args.seed)
-    ledger = work / "ledger"
-    ledger.mkdir()
+    notes = work / "ledger"
+    notes.mkdir()
     app = workload.app.rebind(target.url)
     await app.migrate()
-    workload.setup_business(target.url)
+    ledger.setup_business(target.url)
     proxy_url = target.proxy.url_for(target.url) if target.proxy else None
-    workers = Workers(target.url, proxy_url, work, {"CHAOS_LEDGER": str(ledger),
+    workers = Workers(target.url, proxy_url, work, {"CHAOS_LEDGER": str(notes),
                       "CHAOS_PLANT": plant}, args.lease, args.workers)  # fmt: skip
     injector = FaultInjector(workers, rng, target.proxy, target.cluster,
                              target.url if target.url.startswith("sqlite") else None)  # fmt: skip
@@ -162,8 +162,8 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
     finally:
         workers.stop()
     ev = await invariants.gather_evidence(
-        app, plans=load.plans, ledger=workload.read_ledger(ledger),
-        effects=workload.read_effects(target.url), faults=injector.log, undrained=undrained,
+        app, plans=load.plans, ledger=ledger.read_ledger(notes),
+        effects=ledger.read_effects(target.url), faults=injector.log, undrained=undrained,
     )  # fmt: skip
     await app.close()
     header = (f"chaos soak on {target.label}: {loaded / 60:.1f} min of load and faults, "
@@ -171,17 +171,20 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
               f"seed {args.seed}")  # fmt: skip
     if plant:
         header += f"; PLANTED: {workload.PLANTS[plant]}"
-    facts = {
+    return invariants.Report(header, ev, invariants.check_all(ev), _facts(load, workers))
+
+
+def _facts(load: workload.LoadGenerator, workers: Workers) -> dict[str, object]:
+    cancels = Counter(p.cancel for p in load.plans.values() if p.cancel_after is not None)
+    return {
         "client calls retried through outages": load.retried,
         "generator's signals, as send_signal reported them": _signal_results(load),
-        "cancels by outcome": dict(sorted(Counter(
-            p.cancel for p in load.plans.values() if p.cancel_after is not None).items())),
+        "cancels by outcome": dict(sorted(cancels.items())),
         "worker log: leases lost or expired": workers.log_lines("its lease"),
         "worker log: database unavailable": workers.log_lines("unavailable"),
         "worker log: unexpected errors": workers.log_lines("unexpected error"),
         "worker processes started": sum(s.generation for s in workers.slots),
-    }  # fmt: skip
-    return invariants.Report(header, ev, invariants.check_all(ev), facts)
+    }
 
 
 def _signal_results(load: workload.LoadGenerator) -> dict[str, int]:

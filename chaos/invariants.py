@@ -79,7 +79,8 @@ async def all_runs(app: Durably) -> list[Run]:
 def check_all(ev: Evidence) -> list[Check]:
     return [check_states(ev), check_lost(ev), check_stuck(ev), check_running(ev),
             check_completed_once(ev), check_effects(ev), check_executions(ev),
-            check_signals(ev), check_compensations(ev), check_children(ev)]  # fmt: skip
+            check_after_cancel(ev), check_signals(ev), check_compensations(ev),
+            check_children(ev)]  # fmt: skip
 
 
 def _by_key(ev: Evidence) -> dict[str, Run]:
@@ -195,6 +196,21 @@ def check_executions(ev: Evidence) -> Check:
         ]
         c.expect(not unexplained, f"{run_id} {step} ran {len(ran)} times; re-run with no fault "
                                   f"on the worker: {', '.join(unexplained)}")  # fmt: skip
+    return c
+
+
+def check_after_cancel(ev: Evidence, slack: float = 1.0) -> Check:
+    c = Check("no step body started >1 s after its run's cancel returned "
+              "(unless a fault cut its worker off)")  # fmt: skip
+    canceled = {p.run_id: p.canceled_at for p in ev.plans.values() if p.canceled_at}
+    for line in ev.ledger:
+        at = canceled.get(line["run"])
+        if at is None or line["event"] != "start" or line["step"].startswith("compensate:"):
+            continue
+        late = line["t"] - at > slack
+        c.expect(not late or _hit(ev.faults, line["worker"], at, line["t"]) is not None,
+                 f"{line['run']} {line['step']} started on {line['worker']} "
+                 f"{line['t'] - at:.2f} s after the cancel")  # fmt: skip
     return c
 
 

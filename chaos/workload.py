@@ -1,9 +1,8 @@
-"""The soak's workflows, the ledger their step bodies write, and the load generator.
+"""The soak's workflows and the load generator.
 
-Every step body (and every compensation) appends one line per execution to a ledger file of
-its worker process, outside the database, so the ledger survives database restarts and
-shows every execution, even one a kill cut short. `step.transaction` bodies write one row
-into the business table `effects` instead, inside the engine's transaction.
+Every step body (and every compensation) notes each execution in the ledger (`ledger`);
+`step.transaction` bodies write one row into the business table instead, inside the
+engine's transaction.
 
 The load generator keeps starting runs of a mixed workload, each from a `Plan` that says
 what the run must end as. Every start and signal carries an idempotency key, so a call
@@ -16,7 +15,6 @@ CHAOS_LEDGER (the ledger directory), CHAOS_PLANT (a planted fault, see `PLANTS`)
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import sqlite3
@@ -41,8 +39,9 @@ from durably import (
     WorkflowTimeoutError,
 )
 
+from .ledger import note
+
 app = Durably(os.environ.get("DURABLY_DATABASE_URL"))
-WORKER = os.environ.get("WORKER_NAME", "soak")
 PLANT = os.environ.get("CHAOS_PLANT", "")
 PLANTS = {
     "double-signal": "the load generator delivers one buffered signal twice",
@@ -50,64 +49,6 @@ PLANTS = {
 }
 ONCE = RetryPolicy(max_attempts=1)
 QUICK = RetryPolicy(max_attempts=6, initial_interval="100ms", maximum_interval="1s")
-
-# ------------------------------------------------------------------ the ledger
-
-_ledger_fd: int | None = None
-
-
-def note(ctx: StepContext, event: str) -> None:
-    """Append one execution event of a step body to this process's ledger file.
-
-    One `write` on an O_APPEND descriptor: lines of concurrent bodies never interleave, and
-    a line is in the file once the call returns, whatever happens to the process next.
-    """
-    global _ledger_fd
-    if _ledger_fd is None:
-        path = Path(os.environ["CHAOS_LEDGER"]) / f"{WORKER}-{os.getpid()}.jsonl"
-        _ledger_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    line = {"run": ctx.run_id, "step": ctx.step, "attempt": ctx.attempt, "fence": ctx.fence.fence,
-            "worker": WORKER, "event": event, "t": time.time()}  # fmt: skip
-    os.write(_ledger_fd, (json.dumps(line) + "\n").encode())
-
-
-def read_ledger(directory: Path) -> list[dict[str, Any]]:
-    """Every ledger line the workers wrote (a line cut by a kill is skipped)."""
-    lines = []
-    for path in sorted(directory.glob("*.jsonl")):
-        for text in path.read_text().splitlines():
-            try:
-                lines.append(json.loads(text))
-            except json.JSONDecodeError:
-                continue
-    return lines
-
-
-# ------------------------------------------------------------------ the business table
-
-
-def _sqlite_path(url: str) -> str:
-    return url.removeprefix("sqlite:///")
-
-
-def setup_business(url: str) -> None:
-    """The application's own table (no unique key: a duplicate must stay visible)."""
-    if url.startswith("sqlite"):
-        with sqlite3.connect(_sqlite_path(url), timeout=30) as conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS chaos_effects (run_id TEXT, step TEXT)")
-        return
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE SCHEMA IF NOT EXISTS chaos_biz")
-        conn.execute("CREATE TABLE IF NOT EXISTS chaos_biz.effects (run_id text, step text)")
-
-
-def read_effects(url: str) -> list[tuple[str, str]]:
-    if url.startswith("sqlite"):
-        with sqlite3.connect(_sqlite_path(url), timeout=30) as conn:
-            return [(r, s) for r, s in conn.execute("SELECT run_id, step FROM chaos_effects")]
-    with psycopg.connect(url) as conn:
-        return [(r, s) for r, s in conn.execute("SELECT run_id, step FROM chaos_biz.effects")]
-
 
 # ------------------------------------------------------------------ step bodies
 
@@ -312,6 +253,7 @@ class Plan:
     sent: list[dict[str, Any]] = field(default_factory=list)  # what each send reported
     run_id: str | None = None
     cancel: str = "none"  # none | canceled | refused | uncertain (a retried cancel was refused)
+    canceled_at: float | None = None  # when the cancel call returned (time.time())
     driver_error: str | None = None
 
 
@@ -509,7 +451,7 @@ class LoadGenerator:
         while True:
             try:
                 await self.client.cancel(plan.run_id)
-                plan.cancel = "canceled"
+                plan.cancel, plan.canceled_at = "canceled", time.time()
                 return
             except RunTerminalError:
                 plan.cancel = "uncertain" if doubt else "refused"
