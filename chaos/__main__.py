@@ -180,7 +180,9 @@ def _facts(load: workload.LoadGenerator, workers: Workers) -> dict[str, object]:
         "client calls retried through outages": load.retried,
         "generator's signals, as send_signal reported them": _signal_results(load),
         "cancels by outcome": dict(sorted(cancels.items())),
-        "worker log: leases lost or expired": workers.log_lines("its lease"),
+        "worker log: runs given up (lease lost or expired, taken over)": (
+            workers.log_lines("its lease") + workers.log_lines("taken over")
+        ),
         "worker log: database unavailable": workers.log_lines("unavailable"),
         "worker log: unexpected errors": workers.log_lines("unexpected error"),
         "worker processes started": sum(s.generation for s in workers.slots),
