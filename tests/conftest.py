@@ -1,5 +1,6 @@
 """Shared fixtures: a PostgreSQL server (the machine's, or a throwaway cluster), a fresh
-database per test, and the `backend` parameter that runs a test on SQLite and PostgreSQL."""
+database per test, and the `backend` parameter that runs a test on SQLite and PostgreSQL.
+Also stretches pytest-timeout's limit like every other deadline."""
 
 from __future__ import annotations
 
@@ -12,13 +13,23 @@ import psycopg
 import pytest
 
 from tests import pgcluster
+from tests.helpers import scaled
 
 PG_URL = os.environ.get("DURABLY_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The per-test limit of pytest-timeout (`timeout` in pyproject.toml) is a deadline
+    too: stretch it by DURABLY_TEST_SLOWNESS, unless --timeout or PYTEST_TIMEOUT set one."""
+    ini = config.getini("timeout")
+    if config.getoption("timeout", None) is None and not os.environ.get("PYTEST_TIMEOUT") and ini:
+        config.option.timeout = scaled(float(ini))
+
+
 def _reachable(url: str) -> bool:
     try:
-        with psycopg.connect(f"{url}/postgres", connect_timeout=3):
+        with psycopg.connect(f"{url}/postgres", connect_timeout=round(scaled(3))):
             return True
     except psycopg.OperationalError:
         return False

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import qbittorrentapi
 
+from tests.helpers import scaled
 from tests.pgcluster import free_port
 
 PASSWORD = "adminadmin"
@@ -74,7 +75,7 @@ class Daemon:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"qbittorrent-nox exited {self.proc.returncode}")
@@ -90,13 +91,13 @@ class Daemon:
 
     def api(self) -> qbittorrentapi.Client:
         return qbittorrentapi.Client(host=self.url, username="admin", password=PASSWORD,
-                                     REQUESTS_ARGS={"timeout": 10})  # fmt: skip
+                                     REQUESTS_ARGS={"timeout": scaled(10)})  # fmt: skip
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=scaled(10))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

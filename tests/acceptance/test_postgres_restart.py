@@ -13,7 +13,7 @@ import pytest
 from tests import pgcluster
 from tests.acceptance.conftest import Procs
 from tests.apps import seed
-from tests.helpers import eventually_sync
+from tests.helpers import eventually_sync, scaled
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_worker_survives_a_postgres_restart(cluster: pgcluster.Cluster, tmp_path
         app.sync.close()
         cluster.stop("fast")
         cluster.start()
-        run = app.sync.wait(run_id, timeout=60)
+        run = app.sync.wait(run_id, timeout=scaled(60))
         assert run.status == "completed" and run.output == "woke"
         events = [(step, w) for rid, step, w, *_ in seed.read_ledger(url) if rid == run_id]
         assert events == [("before", "A"), ("after", "A")]

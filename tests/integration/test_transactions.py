@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from durably import Durably, LeaseLostError, RetryPolicy, RunFailedError
+from tests.helpers import scaled
 
 
 def _business_table(url: str) -> None:
@@ -49,7 +50,7 @@ async def test_transaction_step_commits_business_write_with_its_record(db_url: s
         return str(out)
 
     async with app, app.worker():
-        assert await (await wf.start("k1")).result(timeout=10) == "k1"
+        assert await (await wf.start("k1")).result(timeout=scaled(10)) == "k1"
     assert _library(db_url) == ["k1"]
 
 
@@ -86,7 +87,7 @@ async def test_transaction_step_after_lost_lease_commits_nothing(db_url: str) ->
 async def _expire_lease(app: Durably, run_id: str) -> None:
     url = app.url
     if url.startswith("sqlite"):
-        with sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30) as conn:
+        with sqlite3.connect(url.removeprefix("sqlite:///"), timeout=scaled(30)) as conn:
             conn.execute("UPDATE durably_runs SET fence = fence + 1 WHERE id = ?", (run_id,))
     else:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -124,7 +125,7 @@ async def test_start_inside_the_callers_transaction(db_url: str) -> None:
         runs = await app.list_runs()
         assert [r.input for r in runs] == ["kept"]
         async with app.worker():
-            assert await kept.result(timeout=10) == "kept"
+            assert await kept.result(timeout=scaled(10)) == "kept"
     assert _library(db_url) == ["kept"]
 
 
@@ -161,7 +162,7 @@ async def test_failed_run_keeps_the_error(db_url: str) -> None:
     async with app, app.worker():
         handle = await wf.start()
         with pytest.raises(RunFailedError, match="attempt 2"):
-            await handle.result(timeout=10)
+            await handle.result(timeout=scaled(10))
         assert (await handle.get()).attempts == 2
 
 
@@ -185,7 +186,7 @@ async def test_a_workflow_retry_runs_a_failed_step_again(db_url: str) -> None:
 
     async with app, app.worker():
         handle = await wf.start()
-        assert await handle.result(timeout=10) == "once ok"
+        assert await handle.result(timeout=scaled(10)) == "once ok"
         assert (await handle.get()).attempts == 3
         steps = [(s.step, s.status) for s in await app.list_steps(handle.run_id)]
     assert len(calls) == 3
