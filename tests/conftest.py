@@ -1,6 +1,6 @@
 """Shared fixtures: a PostgreSQL server (the machine's, or a throwaway cluster), a fresh
-database per test, and the `backend` parameter that runs a test on SQLite and PostgreSQL.
-Also stretches pytest-timeout's limit like every other deadline."""
+database per test, the `backend` parameter that runs a test on SQLite and PostgreSQL, and
+the processes a test starts. Also stretches pytest-timeout's limit like every deadline."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from tests import pgcluster
 from tests.helpers import scaled
+from tests.processes import Processes
 
 PG_URL = os.environ.get("DURABLY_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 
@@ -82,3 +83,13 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/durably.db"
     return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    """The processes this test starts: stopped and waited for when it ends, pass or fail."""
+    owned = Processes()
+    try:
+        yield owned
+    finally:
+        owned.stop_all()

@@ -73,20 +73,6 @@ def eventually_sync(
     raise AssertionError(f"timed out after {limit:g}s waiting for {what} (last: {last!r})")
 
 
-def stop_processes(procs: list[subprocess.Popen[Any]]) -> None:
-    """SIGTERM (after SIGCONT, in case a test froze one) and wait; SIGKILL the stubborn."""
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGCONT)
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=scaled(15))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def freeze_outside_a_write(proc: subprocess.Popen[Any], url: str) -> None:
     """SIGSTOP `proc` at a moment it holds no SQLite write lock.
 

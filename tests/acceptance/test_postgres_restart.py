@@ -14,6 +14,7 @@ from tests import pgcluster
 from tests.acceptance.conftest import Procs
 from tests.apps import seed
 from tests.helpers import eventually_sync, scaled
+from tests.processes import Processes
 
 
 @pytest.fixture
@@ -30,12 +31,14 @@ def cluster() -> Iterator[pgcluster.Cluster]:
         c.destroy()
 
 
-def test_worker_survives_a_postgres_restart(cluster: pgcluster.Cluster, tmp_path: Path) -> None:
+def test_worker_survives_a_postgres_restart(
+    cluster: pgcluster.Cluster, tmp_path: Path, processes: Processes
+) -> None:
     with psycopg.connect(f"{cluster.url}/postgres", autocommit=True) as conn:
         conn.execute("CREATE DATABASE app")
     url = f"{cluster.url}/app"
     seed.setup_business_tables(url)
-    procs = Procs(url, tmp_path)
+    procs = Procs(url, tmp_path, processes)
     procs.cli("migrate")
     app = seed.app.rebind(url)
     try:
@@ -53,4 +56,3 @@ def test_worker_survives_a_postgres_restart(cluster: pgcluster.Cluster, tmp_path
         assert "unavailable" in procs.log("A")  # it did see the outage
     finally:
         app.sync.close()
-        procs.stop_all()
