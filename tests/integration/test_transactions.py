@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from typing import Any
 
 import psycopg
 import pytest
 
 from durably import Durably, LeaseLostError, RetryPolicy, RunFailedError
-from tests.helpers import scaled
+from tests.helpers import eventually, scaled
 
 
 def _business_table(url: str) -> None:
@@ -57,13 +58,15 @@ async def test_transaction_step_commits_business_write_with_its_record(db_url: s
 async def test_transaction_step_after_lost_lease_commits_nothing(db_url: str) -> None:
     _business_table(db_url)
     app = Durably(db_url)
+    expired = threading.Event()
 
-    async def slow_gate() -> None:
-        await asyncio.sleep(0.3)
+    async def gate() -> None:
+        # Hold the run until its lease is gone, however long the test takes to get there.
+        await asyncio.to_thread(expired.wait, scaled(30))
 
     @app.workflow(name="stolen", version="v1")
     async def wf(ctx: Any) -> None:
-        await ctx.step.run("gate", slow_gate)
+        await ctx.step.run("gate", gate)
         await ctx.step.transaction("register", _insert, "k2",
                                    retry=RetryPolicy(max_attempts=1))  # fmt: skip
 
@@ -71,14 +74,18 @@ async def test_transaction_step_after_lost_lease_commits_nothing(db_url: str) ->
         handle = await wf.start()
         worker = app.worker()
         async with worker:
-            while not worker.running:
-                await asyncio.sleep(0.01)
-            execution, _ = worker.running[handle.run_id]
-            # Expire the lease behind the worker's back, as if it had been frozen.
-            await _expire_lease(app, handle.run_id)
-            with pytest.raises(LeaseLostError):
-                async with app.store.db.transaction() as tx:
-                    await app.store.check_lease(tx, execution.lease)
+            try:
+                await eventually(lambda: worker.running.get(handle.run_id), what="the claim")
+                execution, _ = worker.running[handle.run_id]
+                # Expire the lease behind the worker's back, as if it had been frozen.
+                await _expire_lease(app, handle.run_id)
+                with pytest.raises(LeaseLostError):
+                    async with app.store.db.transaction() as tx:
+                        await app.store.check_lease(tx, execution.lease)
+            finally:
+                expired.set()
+            await eventually(lambda: handle.run_id not in worker.running,
+                             what="the worker to give up the run")  # fmt: skip
         run = await app.get_run(handle.run_id)
     assert _library(db_url) == []
     assert run.status != "completed"
