@@ -73,6 +73,17 @@ def eventually_sync(
     raise AssertionError(f"timed out after {limit:g}s waiting for {what} (last: {last!r})")
 
 
+def let_go(log: str, run_id: str = "") -> bool:
+    """Whether a worker's `log` shows it let go of a run (`run_id`, or any) on losing its
+    lease. Which comes first is a race: its lease check cancels the step bodies, or the
+    engine refuses to record the result of a step that ended meanwhile."""
+    return any(
+        f"run {run_id}" in line
+        and ("cancelling its step bodies" in line or "lost the lease on run" in line)
+        for line in log.splitlines()
+    )
+
+
 def freeze_outside_a_write(proc: subprocess.Popen[Any], url: str) -> None:
     """SIGSTOP `proc` at a moment it holds no SQLite write lock.
 

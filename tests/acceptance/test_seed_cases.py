@@ -18,7 +18,7 @@ import pytest
 from durably import SyncDurably
 from tests.acceptance.conftest import Procs
 from tests.apps import seed
-from tests.helpers import eventually_sync, freeze_outside_a_write, scaled
+from tests.helpers import eventually_sync, freeze_outside_a_write, let_go, scaled
 
 SHORT_LEASE = ("--lease", "2s", "--heartbeat", "0.5s")
 
@@ -98,9 +98,7 @@ def test_b_frozen_worker_cannot_commit_after_takeover(procs: Procs, client: Sync
     assert client.wait(run_id, timeout=scaled(30)).status == "completed"
     os.killpg(a.pid, signal.SIGCONT)
     # A wakes, finds its lease gone and stops; give it the time to try anything it would.
-    eventually_sync(
-        lambda: "cancelling its step bodies" in procs.log("A"), timeout=15, what="A to notice"
-    )
+    eventually_sync(lambda: let_go(procs.log("A"), run_id), timeout=15, what="A to notice")
     assert seed.read_library(procs.url) == [("d3", "/lib/d3.mkv", run_id)]
     events = _events(procs, run_id)
     assert ("register", "A") not in {(s, w) for s, w, _ in events}
