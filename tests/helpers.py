@@ -38,6 +38,11 @@ def scaled(seconds: float) -> float:
     return seconds * SLOW
 
 
+def duration(seconds: float) -> str:
+    """`scaled(seconds)` as a duration for the engine or a worker flag: "0.9s"."""
+    return f"{scaled(seconds):g}s"
+
+
 async def eventually(
     check: Callable[[], Awaitable[Any] | Any], timeout: float = 10.0, what: str = "condition"
 ) -> Any:

@@ -13,7 +13,7 @@ import pytest
 from tests import pgcluster
 from tests.acceptance.conftest import Procs
 from tests.apps import seed
-from tests.helpers import eventually_sync, scaled
+from tests.helpers import duration, eventually_sync, scaled
 from tests.processes import Processes
 
 
@@ -42,7 +42,7 @@ def test_worker_survives_a_postgres_restart(
     procs.cli("migrate")
     app = seed.app.rebind(url)
     try:
-        procs.worker("A", "--poll", "0.5s", "--lease", "3s", "--heartbeat", "1s")
+        procs.worker("A", "--poll", "0.5s", "--lease", duration(3), "--heartbeat", duration(1))
         run_id = app.sync.start("sleeper", 3.0).run_id
         eventually_sync(lambda: app.sync.get_run(run_id).status == "waiting", timeout=20,
                         what="the run to sleep")  # fmt: skip

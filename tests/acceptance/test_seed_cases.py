@@ -18,9 +18,10 @@ import pytest
 from durably import SyncDurably
 from tests.acceptance.conftest import Procs
 from tests.apps import seed
-from tests.helpers import eventually_sync, freeze_outside_a_write, let_go, scaled
+from tests.helpers import duration, eventually_sync, freeze_outside_a_write, let_go, scaled
 
-SHORT_LEASE = ("--lease", "2s", "--heartbeat", "0.5s")
+SHORT_LEASE = ("--lease", duration(2), "--heartbeat", duration(0.5))
+SHORTER_LEASE = ("--lease", duration(1), "--heartbeat", duration(0.3))
 
 
 @pytest.fixture
@@ -88,13 +89,14 @@ def test_b_kill_9_mid_step_reruns_only_that_step(procs: Procs, client: SyncDurab
 
 
 def test_b_frozen_worker_cannot_commit_after_takeover(procs: Procs, client: SyncDurably) -> None:
-    a = procs.worker("A", "--lease", "1s", "--heartbeat", "0.3s", COPY_SECONDS="2")
+    # The copy lasts long enough for the test to freeze A in it (a window is a deadline).
+    a = procs.worker("A", *SHORTER_LEASE, COPY_SECONDS=str(scaled(2)))
     run_id = client.start("acquire", {"id": "d3"}).run_id
     client.send_signal("download-done:d3", {"ok": True})
     eventually_sync(lambda: ("copy-file", "A", "start") in _events(procs, run_id),
                     timeout=20, what="A to start copying")  # fmt: skip
     freeze_outside_a_write(a, procs.url)
-    procs.worker("B", "--lease", "1s", "--heartbeat", "0.3s", COPY_SECONDS="0.1")
+    procs.worker("B", *SHORTER_LEASE, COPY_SECONDS="0.1")
     assert client.wait(run_id, timeout=scaled(30)).status == "completed"
     os.killpg(a.pid, signal.SIGCONT)
     # A wakes, finds its lease gone and stops; give it the time to try anything it would.
@@ -189,7 +191,7 @@ def test_g_unknown_version_is_left_untouched(procs: Procs, client: SyncDurably) 
 
 
 def test_g_renamed_step_is_non_determinism(procs: Procs, client: SyncDurably) -> None:
-    a = procs.worker("A", NAP="1s")
+    a = procs.worker("A", NAP=duration(1))  # long enough to stop A while the run naps
     run_id = client.start("renamed").run_id
     eventually_sync(lambda: client.get_run(run_id).status == "waiting", what="the nap")
     a.send_signal(signal.SIGTERM)

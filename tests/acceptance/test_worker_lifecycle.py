@@ -12,7 +12,7 @@ from pathlib import Path
 from durably import Durably
 from tests.acceptance.conftest import ROOT, Procs
 from tests.apps import seed
-from tests.helpers import eventually_sync, scaled
+from tests.helpers import duration, eventually_sync, scaled
 
 
 def _events(url: str, run_id: str) -> list[tuple[str, str, str]]:
@@ -21,17 +21,17 @@ def _events(url: str, run_id: str) -> list[tuple[str, str, str]]:
 
 def test_sigterm_releases_held_runs_at_once(procs: Procs) -> None:
     client = seed.app.rebind(procs.url).sync
-    a = procs.worker("A", "--grace", "0.5s", "--lease", "60s")
+    a = procs.worker("A", "--grace", "0.5s", "--lease", duration(60))
     run_id = client.start("slow", "async").run_id
     eventually_sync(lambda: ("long", "A", "start") in _events(procs.url, run_id), timeout=20,
                     what="A to start the long step")  # fmt: skip
-    procs.worker("B", "--lease", "60s")
+    procs.worker("B", "--lease", duration(60))
     released = time.monotonic()
     a.send_signal(signal.SIGTERM)
     assert a.wait(timeout=scaled(15)) == 0
     eventually_sync(lambda: ("long", "B", "start") in _events(procs.url, run_id), timeout=20,
                     what="B to take the released run")  # fmt: skip
-    assert time.monotonic() - released < scaled(15)  # not after the 60 s lease
+    assert time.monotonic() - released < scaled(15)  # not after A's lease, scaled(60)
     client.cancel(run_id)
     client.close()
 
@@ -39,11 +39,12 @@ def test_sigterm_releases_held_runs_at_once(procs: Procs) -> None:
 def test_worker_killed_while_compensating(procs: Procs, tmp_path: Path) -> None:
     client = seed.app.rebind(procs.url).sync
     marker = tmp_path / "killed"
-    a = procs.worker("A", "--lease", "1s", "--heartbeat", "0.3s", KILL_IN_UNDO=str(marker))
+    lease = ("--lease", duration(1), "--heartbeat", duration(0.3))
+    a = procs.worker("A", *lease, KILL_IN_UNDO=str(marker))
     run_id = client.start("saga").run_id
     eventually_sync(lambda: a.poll() is not None, timeout=30, what="A to die compensating")
     assert marker.exists()
-    procs.worker("B", "--lease", "1s", "--heartbeat", "0.3s")
+    procs.worker("B", *lease)
     run = client.wait(run_id, timeout=scaled(30))
     assert run.status == "failed" and run.error is not None and "boom" in run.error["message"]
     undos = [(e, w) for _, w, e in _events(procs.url, run_id) if e.startswith("undo")]

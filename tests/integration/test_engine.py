@@ -20,7 +20,7 @@ from durably import (
     WorkflowNotFound,
 )
 from durably._errors import ConfigurationError
-from tests.helpers import eventually, scaled
+from tests.helpers import duration, eventually, scaled
 
 FAST = RetryPolicy(max_attempts=3, initial_interval="10ms", maximum_interval="50ms")
 
@@ -43,7 +43,7 @@ async def test_main_path_records_each_step_once(db_url: str) -> None:
         a = await ctx.step.run("a", body, "a")
         await ctx.step.sleep("nap", "50ms")
         b = await ctx.step.run("b", body, "b")
-        got = await ctx.step.wait_for_signal(f"go:{order.id}", timeout="10s")
+        got = await ctx.step.wait_for_signal(f"go:{order.id}", timeout=duration(10))
         return {"a": a, "b": b, "got": got}
 
     async with app, app.worker(concurrency=4):

@@ -19,7 +19,7 @@ from durably import (
     StepContext,
     WorkflowTimeoutError,
 )
-from tests.helpers import eventually, scaled
+from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
 
@@ -33,7 +33,7 @@ async def test_signal_fan_out_buffering_and_addressing(db_url: str) -> None:
 
     @app.workflow(name="waiter", version="v1")
     async def waiter(ctx: Any, topic: str) -> Any:
-        return await ctx.step.wait_for_signal(topic, timeout="30s")
+        return await ctx.step.wait_for_signal(topic, timeout=duration(30))
 
     async with app, app.worker():
         a, b = await waiter.start("t"), await waiter.start("t")
@@ -203,7 +203,7 @@ async def test_deadline_cancels_the_step_in_flight(db_url: str) -> None:
         await ctx.step.run("slow", slow)
 
     async with app, app.worker():
-        handle = await late.start(deadline_at="+300ms")
+        handle = await late.start(deadline_at=f"+{duration(0.3)}")  # after the step starts
         with pytest.raises(RunFailedError, match="DeadlineExceeded"):
             await handle.result(timeout=scaled(10))
         steps = await app.list_steps(handle.run_id)
