@@ -1,6 +1,7 @@
 """Shared fixtures: a PostgreSQL server (the machine's, or a throwaway cluster), a fresh
-database per test, the `backend` parameter that runs a test on SQLite and PostgreSQL, and a
-fault-injecting proxy in front of the server."""
+database per test, the `backend` parameter that runs a test on SQLite and PostgreSQL, the
+processes a test starts, and a fault-injecting proxy in front of the server. Also stretches
+pytest-timeout's limit like every deadline."""
 
 from __future__ import annotations
 
@@ -15,13 +16,24 @@ import pytest
 
 from tests import pgcluster
 from tests.faults import FaultProxy
+from tests.helpers import scaled
+from tests.processes import Processes
 
 PG_URL = os.environ.get("DURABLY_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """The per-test limit of pytest-timeout (`timeout` in pyproject.toml) is a deadline
+    too: stretch it by DURABLY_TEST_SLOWNESS, unless --timeout or PYTEST_TIMEOUT set one."""
+    ini = config.getini("timeout")
+    if config.getoption("timeout", None) is None and not os.environ.get("PYTEST_TIMEOUT") and ini:
+        config.option.timeout = scaled(float(ini))
+
+
 def _reachable(url: str) -> bool:
     try:
-        with psycopg.connect(f"{url}/postgres", connect_timeout=3):
+        with psycopg.connect(f"{url}/postgres", connect_timeout=round(scaled(3))):
             return True
     except psycopg.OperationalError:
         return False
@@ -82,3 +94,13 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/durably.db"
     return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    """The processes this test starts: stopped and waited for when it ends, pass or fail."""
+    owned = Processes()
+    try:
+        yield owned
+    finally:
+        owned.stop_all()

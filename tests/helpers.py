@@ -1,4 +1,9 @@
-"""Waiting on conditions with a deadline (never a bare sleep)."""
+"""Deadlines, all stretched by one factor, and waiting on conditions (never a bare sleep).
+
+Every deadline in the tests is written as it would be on an idle machine, and stretched by
+`SLOW`, read from `DURABLY_TEST_SLOWNESS` (default 1; `.ci/run` sets 3). A loaded machine
+needs more time, not other numbers scattered through the files.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +19,39 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 
+def _slowness() -> float:
+    raw = os.environ.get("DURABLY_TEST_SLOWNESS", "1")
+    try:
+        factor = float(raw)
+    except ValueError:
+        factor = 0.0
+    if not factor > 0:
+        raise RuntimeError(f"DURABLY_TEST_SLOWNESS must be a positive number, not {raw!r}")
+    return factor
+
+
+SLOW = _slowness()
+
+
+def scaled(seconds: float) -> float:
+    """A deadline of `seconds` on an idle machine, stretched by DURABLY_TEST_SLOWNESS."""
+    return seconds * SLOW
+
+
+def duration(seconds: float) -> str:
+    """`scaled(seconds)` as a duration for the engine or a worker flag: "0.9s"."""
+    return f"{scaled(seconds):g}s"
+
+
 async def eventually(
     check: Callable[[], Awaitable[Any] | Any], timeout: float = 10.0, what: str = "condition"
 ) -> Any:
-    """Poll `check` until it returns something truthy; that value. Fails after `timeout`."""
-    deadline = time.monotonic() + timeout
+    """Poll `check` until it returns something truthy; that value.
+
+    Fails after `scaled(timeout)` seconds: `timeout` is what an idle machine needs.
+    """
+    limit = scaled(timeout)
+    deadline = time.monotonic() + limit
     last: Any = None
     while time.monotonic() < deadline:
         last = check()
@@ -27,34 +60,33 @@ async def eventually(
         if last:
             return last
         await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    raise AssertionError(f"timed out after {limit:g}s waiting for {what} (last: {last!r})")
 
 
 def eventually_sync(
     check: Callable[[], Any], timeout: float = 10.0, what: str = "condition"
 ) -> Any:
-    deadline = time.monotonic() + timeout
+    """`eventually` for plain functions: polls `check` for up to `scaled(timeout)` seconds."""
+    limit = scaled(timeout)
+    deadline = time.monotonic() + limit
     last: Any = None
     while time.monotonic() < deadline:
         last = check()
         if last:
             return last
         time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    raise AssertionError(f"timed out after {limit:g}s waiting for {what} (last: {last!r})")
 
 
-def stop_processes(procs: list[subprocess.Popen[Any]]) -> None:
-    """SIGTERM (after SIGCONT, in case a test froze one) and wait; SIGKILL the stubborn."""
-    for proc in procs:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGCONT)
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+def let_go(log: str, run_id: str = "") -> bool:
+    """Whether a worker's `log` shows it let go of a run (`run_id`, or any) on losing its
+    lease. Which comes first is a race: its lease check cancels the step bodies, or the
+    engine refuses to record the result of a step that ended meanwhile."""
+    return any(
+        f"run {run_id}" in line
+        and ("cancelling its step bodies" in line or "lost the lease on run" in line)
+        for line in log.splitlines()
+    )
 
 
 def freeze_outside_a_write(proc: subprocess.Popen[Any], url: str) -> None:
@@ -84,9 +116,12 @@ def freeze_outside_a_write(proc: subprocess.Popen[Any], url: str) -> None:
 
 def run_command(module: str, args: tuple[str, ...], env: dict[str, str], cwd: Any,
                 check: bool, timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    """`python -m module args...`; with `check`, a non-zero exit fails with its output."""
+    """`python -m module args...`; with `check`, a non-zero exit fails with its output.
+
+    `timeout` is for an idle machine (see `scaled`); on expiry the command is killed.
+    """
     done = subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, text=True,
-                          capture_output=True, timeout=timeout)  # fmt: skip
+                          capture_output=True, timeout=scaled(timeout))  # fmt: skip
     if check and done.returncode != 0:
         raise AssertionError(f"{module} {' '.join(args)} exited {done.returncode}:\n"
                              f"{done.stdout}\n{done.stderr}")  # fmt: skip

@@ -16,6 +16,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tests.helpers import scaled
+
 
 def find_binary(name: str) -> str | None:
     found = shutil.which(name)
@@ -89,7 +91,7 @@ class Cluster:
             opts,
             "-w",
             "-t",
-            "60",
+            str(round(scaled(60))),
             "start",
         )
 

@@ -6,14 +6,14 @@ import base64
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import qbittorrentapi
 
+from tests.helpers import eventually_sync, scaled
 from tests.pgcluster import free_port
+from tests.processes import Processes
 
 PASSWORD = "adminadmin"
 
@@ -29,7 +29,8 @@ def _password_hash(password: str) -> str:
 
 
 class Daemon:
-    """One qbittorrent-nox with a fresh profile, free ports and its own save directory."""
+    """One qbittorrent-nox with a fresh profile, free ports and its own save directory;
+    the process belongs to the `processes` it was started with, which stops it."""
 
     def __init__(self, root: Path, name: str) -> None:
         self.root = root / name
@@ -63,40 +64,40 @@ class Daemon:
             lines += ["[AutoRun]", "enabled=true", f'program="{autorun}"', ""]
         return "\n".join(lines)
 
-    def start(self, autorun: str | None = None) -> Daemon:
+    def start(self, processes: Processes, autorun: str | None = None) -> Daemon:
+        """Start the daemon (owned by `processes`) and return once its WebUI answers."""
         config = self.profile / "qBittorrent" / "config"
         config.mkdir(parents=True)
         self.save.mkdir(parents=True, exist_ok=True)
         (config / "qBittorrent.conf").write_text(self._config(autorun))
-        with open(self.root / "daemon.log", "wb") as log:
-            self.proc = subprocess.Popen(
-                ["qbittorrent-nox", f"--profile={self.profile}", f"--webui-port={self.web_port}"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"qbittorrent-nox exited {self.proc.returncode}")
-            try:
-                self.api().auth_log_in()
-                return self
-            except qbittorrentapi.LoginFailed:
-                raise
-            except qbittorrentapi.APIConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        self.proc = processes.start(
+            ["qbittorrent-nox", f"--profile={self.profile}", f"--webui-port={self.web_port}"],
+            self.root / "daemon.log",
+        )
+        eventually_sync(self._answers, timeout=30, what=f"qBittorrent's WebUI at {self.url}")
+        return self
+
+    def _answers(self) -> bool:
+        """Whether the WebUI takes a login; a daemon that died or refused it fails at once."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            log = (self.root / "daemon.log").read_text(errors="replace")
+            raise RuntimeError(f"qbittorrent-nox exited {self.proc.returncode}:\n{log}")
+        try:
+            self.api().auth_log_in()
+        except qbittorrentapi.LoginFailed:
+            raise
+        except qbittorrentapi.APIConnectionError:
+            return False  # not listening yet
+        return True
 
     def api(self) -> qbittorrentapi.Client:
-        return qbittorrentapi.Client(host=self.url, username="admin", password=PASSWORD,
-                                     REQUESTS_ARGS={"timeout": 10})  # fmt: skip
+        """A client of this daemon's WebUI, over plain HTTP.
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        Without FORCE_SCHEME_FROM_HOST, qbittorrent-api probes the scheme on its first
+        request and, if the daemon does not answer over HTTP yet, falls back to HTTPS for
+        the client's lifetime (an SSLEOFError on a daemon that speaks only HTTP).
+        """
+        return qbittorrentapi.Client(host=self.url, username="admin", password=PASSWORD,
+                                     FORCE_SCHEME_FROM_HOST=True,
+                                     REQUESTS_ARGS={"timeout": scaled(10)})  # fmt: skip

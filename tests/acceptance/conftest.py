@@ -6,26 +6,27 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.apps import seed
-from tests.helpers import run_command, stop_processes
+from tests.helpers import run_command
+from tests.processes import Processes
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.apps.seed:app"
 
 
 class Procs:
-    """Start workers and run CLI commands against one database; cleans up after."""
+    """Start workers and run CLI commands against one database; the workers belong to
+    `processes`, which stops them."""
 
-    def __init__(self, url: str, logs: Path) -> None:
+    def __init__(self, url: str, logs: Path, processes: Processes) -> None:
         self.url = url
         self.logs = logs
-        self.workers: list[subprocess.Popen[str]] = []
+        self.processes = processes
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ, DURABLY_DATABASE_URL=self.url, DURABLY_APP=APP,
@@ -33,16 +34,10 @@ class Procs:
         env.update(extra)
         return env
 
-    def worker(self, name: str, *args: str, **env: str) -> subprocess.Popen[str]:
+    def worker(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "durably.cli", "worker", "--id", name, *args]
-        with open(self.logs / f"{name}.log", "a") as log:
-            proc = subprocess.Popen(
-                cmd, env=self.env(WORKER_NAME=name, **env), cwd=ROOT, text=True,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        self.workers.append(proc)
-        return proc
+        return self.processes.start(cmd, self.logs / f"{name}.log",
+                                    env=self.env(WORKER_NAME=name, **env), cwd=ROOT)  # fmt: skip
 
     def log(self, name: str) -> str:
         """What worker `name` has printed so far."""
@@ -54,16 +49,10 @@ class Procs:
     def json(self, *args: str, **env: str) -> Any:
         return json.loads(self.cli(*args, "--json", check=True, **env).stdout)
 
-    def stop_all(self) -> None:
-        stop_processes(self.workers)
-
 
 @pytest.fixture
-def procs(db_url: str, tmp_path: Path) -> Iterator[Procs]:
+def procs(db_url: str, tmp_path: Path, processes: Processes) -> Procs:
     seed.setup_business_tables(db_url)
-    p = Procs(db_url, tmp_path)
+    p = Procs(db_url, tmp_path, processes)
     p.cli("migrate")
-    try:
-        yield p
-    finally:
-        p.stop_all()
+    return p

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.conftest import Procs
+from tests.processes import Processes
 
 
 def test_json_documents(procs: Procs, tmp_path: Path) -> None:
@@ -55,18 +56,18 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert procs.json("runs") == []
 
 
-def test_unreachable_database_is_one_line(tmp_path: Path) -> None:
-    procs = Procs("postgresql://postgres@127.0.0.1:1/nothing", tmp_path)
+def test_unreachable_database_is_one_line(tmp_path: Path, processes: Processes) -> None:
+    procs = Procs("postgresql://postgres@127.0.0.1:1/nothing", tmp_path, processes)
     done = procs.cli("runs", check=False)
     assert done.returncode == 1 and "unavailable" in done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_bad_database_url_and_app(tmp_path: Path) -> None:
-    procs = Procs("mysql://x", tmp_path)
+def test_bad_database_url_and_app(tmp_path: Path, processes: Processes) -> None:
+    procs = Procs("mysql://x", tmp_path, processes)
     done = procs.cli("runs", check=False)
     assert done.returncode == 2 and "unsupported database URL" in done.stderr
-    procs = Procs(f"sqlite:///{tmp_path}/x.db", tmp_path)
+    procs = Procs(f"sqlite:///{tmp_path}/x.db", tmp_path, processes)
     done = procs.cli("--app", "no_such_module:app", "runs", check=False)
     assert done.returncode == 2 and "cannot import" in done.stderr
     listed = procs.cli("--schema", "other", "runs", "--json", DURABLY_APP="")

@@ -18,7 +18,7 @@ import pytest
 from durably import SyncDurably
 from tests.acceptance.conftest import Procs
 from tests.apps import programs, seed
-from tests.helpers import eventually_sync
+from tests.helpers import eventually_sync, scaled
 
 APP = {"DURABLY_APP": "tests.apps.programs:app"}
 LEASE = ("--lease", "2s", "--heartbeat", "0.4s", "--grace", "1s")
@@ -50,10 +50,10 @@ def test_a_finished_step_survives_a_crash_while_its_sibling_runs(
 
     eventually_sync(charge_recorded, timeout=20, what="charge recorded while copy runs")
     os.killpg(a.pid, how)
-    a.wait(timeout=30)
+    a.wait(timeout=scaled(30))
     procs.worker("B", *LEASE, **APP)
     marker.touch()
-    run = client.wait(run_id, timeout=30)
+    run = client.wait(run_id, timeout=scaled(30))
     assert run.status == "completed" and run.output == ["charged", "copied"]
     assert len(_executions(procs.url, run_id, "charge", "run")) == 1
 
@@ -63,7 +63,7 @@ def test_random_programs_end_as_uninterrupted_ones_despite_kills(
 ) -> None:
     base = int(os.environ.get("DURABLY_TEST_SEED", random.randrange(10**6)))
     seeds = [base + i for i in range(10)]
-    workers: dict[str, subprocess.Popen[str]] = {}
+    workers: dict[str, subprocess.Popen[bytes]] = {}
     for name in ("A", "B"):
         workers[name] = procs.worker(name, *LEASE, "--concurrency", "8", **APP)
     runs = {client.start("program", {"seed": s}).run_id: s for s in seeds}
@@ -81,7 +81,7 @@ def test_random_programs_end_as_uninterrupted_ones_despite_kills(
         fresh = f"{victim[0]}{k}"
         workers[fresh] = procs.worker(fresh, *LEASE, "--concurrency", "8", **APP)
 
-    every = [client.wait(r, timeout=90) for r in runs]
+    every = [client.wait(r, timeout=scaled(90)) for r in runs]
     report = f"(seed base {base}; reproduce with DURABLY_TEST_SEED={base})"
     for run in every:
         assert run.status == "completed", f"{run.run_id} {run.error} {report}"

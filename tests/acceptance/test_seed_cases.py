@@ -18,9 +18,10 @@ import pytest
 from durably import SyncDurably
 from tests.acceptance.conftest import Procs
 from tests.apps import seed
-from tests.helpers import eventually_sync, freeze_outside_a_write
+from tests.helpers import duration, eventually_sync, freeze_outside_a_write, let_go, scaled
 
-SHORT_LEASE = ("--lease", "2s", "--heartbeat", "0.5s")
+SHORT_LEASE = ("--lease", duration(2), "--heartbeat", duration(0.5))
+SHORTER_LEASE = ("--lease", duration(1), "--heartbeat", duration(0.3))
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ def test_main_path(procs: Procs, client: SyncDurably) -> None:
     eventually_sync(lambda: client.get_run(run_id).status == "waiting", what="the wait")
     sent = procs.json("signal", "download-done:d1", "--data", '{"ok": true}')
     assert sent == {"delivered_to": [run_id], "buffered": False, "duplicate": False}
-    run = client.wait(run_id, timeout=20)
+    run = client.wait(run_id, timeout=scaled(20))
     assert run.status == "completed" and run.output["signal"] == {"ok": True}
     shown = procs.json("show", run_id)
     assert [(s["step"], s["kind"], s["status"]) for s in shown["steps"]] == [
@@ -73,7 +74,7 @@ def test_b_kill_9_mid_step_reruns_only_that_step(procs: Procs, client: SyncDurab
     os.killpg(a.pid, signal.SIGKILL)
     a.wait()
     procs.worker("B", *SHORT_LEASE, COPY_SECONDS="0.1")
-    run = client.wait(run_id, timeout=30)
+    run = client.wait(run_id, timeout=scaled(30))
     assert run.status == "completed"
     assert _events(procs, run_id) == [
         ("submit-download", "A", "run"),
@@ -88,19 +89,18 @@ def test_b_kill_9_mid_step_reruns_only_that_step(procs: Procs, client: SyncDurab
 
 
 def test_b_frozen_worker_cannot_commit_after_takeover(procs: Procs, client: SyncDurably) -> None:
-    a = procs.worker("A", "--lease", "1s", "--heartbeat", "0.3s", COPY_SECONDS="2")
+    # The copy lasts long enough for the test to freeze A in it (a window is a deadline).
+    a = procs.worker("A", *SHORTER_LEASE, COPY_SECONDS=str(scaled(2)))
     run_id = client.start("acquire", {"id": "d3"}).run_id
     client.send_signal("download-done:d3", {"ok": True})
     eventually_sync(lambda: ("copy-file", "A", "start") in _events(procs, run_id),
                     timeout=20, what="A to start copying")  # fmt: skip
     freeze_outside_a_write(a, procs.url)
-    procs.worker("B", "--lease", "1s", "--heartbeat", "0.3s", COPY_SECONDS="0.1")
-    assert client.wait(run_id, timeout=30).status == "completed"
+    procs.worker("B", *SHORTER_LEASE, COPY_SECONDS="0.1")
+    assert client.wait(run_id, timeout=scaled(30)).status == "completed"
     os.killpg(a.pid, signal.SIGCONT)
     # A wakes, finds its lease gone and stops; give it the time to try anything it would.
-    eventually_sync(
-        lambda: "cancelling its step bodies" in procs.log("A"), timeout=15, what="A to notice"
-    )
+    eventually_sync(lambda: let_go(procs.log("A"), run_id), timeout=15, what="A to notice")
     assert seed.read_library(procs.url) == [("d3", "/lib/d3.mkv", run_id)]
     events = _events(procs, run_id)
     assert ("register", "A") not in {(s, w) for s, w, _ in events}
@@ -123,7 +123,7 @@ def test_c_signals_are_durable(procs: Procs, client: SyncDurably) -> None:
                        "--idempotency-key", "early-key")  # fmt: skip
     assert again == {"delivered_to": [], "buffered": True, "duplicate": True}
     run_id = procs.json("start", "acquire", "--input", '{"id": "d4"}')["run_id"]
-    run = client.wait(run_id, timeout=20)
+    run = client.wait(run_id, timeout=scaled(20))
     assert run.status == "completed" and run.output["signal"] == {"n": 1}
     late = procs.json("signal", "download-done:d4", "--data", '{"n": 2}')
     assert late == {"delivered_to": [], "buffered": True, "duplicate": False}
@@ -140,7 +140,7 @@ def test_d_cancel_reaches_the_running_step(procs: Procs, client: SyncDurably, mo
     if mode == "sync":
         eventually_sync(lambda: ("long", "A", "stopped") in _events(procs, run_id),
                         timeout=5, what="the sync body to see ctx.cancelled")  # fmt: skip
-        assert time.monotonic() - canceled_at < 1.5  # the CLI call itself takes ~0.4 s
+        assert time.monotonic() - canceled_at < scaled(1.5)  # the CLI call alone takes ~0.4 s
     assert steps_of(client, run_id) == [("long", "canceled", 1)]
     refused = procs.cli("signal", "x", "--run", run_id, check=False)
     assert refused.returncode != 0 and "canceled" in refused.stderr
@@ -154,8 +154,8 @@ def test_e_retries_and_their_limit(procs: Procs, client: SyncDurably) -> None:
     procs.worker("A")
     ok = client.start("flaky", 2).run_id
     bad = client.start("flaky", 5).run_id
-    assert client.wait(ok, timeout=20).status == "completed"
-    failed = client.wait(bad, timeout=20)
+    assert client.wait(ok, timeout=scaled(20)).status == "completed"
+    failed = client.wait(bad, timeout=scaled(20))
     assert failed.status == "failed" and failed.error is not None
     assert "boom attempt 3" in failed.error["message"]
     assert [s for _, s, _ in steps_of(client, ok)] == ["failed", "failed", "completed"]
@@ -191,13 +191,13 @@ def test_g_unknown_version_is_left_untouched(procs: Procs, client: SyncDurably) 
 
 
 def test_g_renamed_step_is_non_determinism(procs: Procs, client: SyncDurably) -> None:
-    a = procs.worker("A", NAP="1s")
+    a = procs.worker("A", NAP=duration(1))  # long enough to stop A while the run naps
     run_id = client.start("renamed").run_id
     eventually_sync(lambda: client.get_run(run_id).status == "waiting", what="the nap")
     a.send_signal(signal.SIGTERM)
-    a.wait(timeout=15)
+    a.wait(timeout=scaled(15))
     procs.worker("B", RENAMED="1")
-    run = client.wait(run_id, timeout=20)
+    run = client.wait(run_id, timeout=scaled(20))
     assert run.status == "failed" and run.error is not None
     assert run.error["type"] == "NonDeterminismError"
     assert "position 1" in run.error["message"] and "'first'" in run.error["message"]

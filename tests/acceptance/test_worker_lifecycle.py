@@ -12,7 +12,7 @@ from pathlib import Path
 from durably import Durably
 from tests.acceptance.conftest import ROOT, Procs
 from tests.apps import seed
-from tests.helpers import eventually_sync
+from tests.helpers import duration, eventually_sync, scaled
 
 
 def _events(url: str, run_id: str) -> list[tuple[str, str, str]]:
@@ -21,17 +21,17 @@ def _events(url: str, run_id: str) -> list[tuple[str, str, str]]:
 
 def test_sigterm_releases_held_runs_at_once(procs: Procs) -> None:
     client = seed.app.rebind(procs.url).sync
-    a = procs.worker("A", "--grace", "0.5s", "--lease", "60s")
+    a = procs.worker("A", "--grace", "0.5s", "--lease", duration(60))
     run_id = client.start("slow", "async").run_id
     eventually_sync(lambda: ("long", "A", "start") in _events(procs.url, run_id), timeout=20,
                     what="A to start the long step")  # fmt: skip
-    procs.worker("B", "--lease", "60s")
+    procs.worker("B", "--lease", duration(60))
     released = time.monotonic()
     a.send_signal(signal.SIGTERM)
-    assert a.wait(timeout=15) == 0
+    assert a.wait(timeout=scaled(15)) == 0
     eventually_sync(lambda: ("long", "B", "start") in _events(procs.url, run_id), timeout=20,
                     what="B to take the released run")  # fmt: skip
-    assert time.monotonic() - released < 15  # not after the 60 s lease
+    assert time.monotonic() - released < scaled(15)  # not after A's lease, scaled(60)
     client.cancel(run_id)
     client.close()
 
@@ -39,12 +39,13 @@ def test_sigterm_releases_held_runs_at_once(procs: Procs) -> None:
 def test_worker_killed_while_compensating(procs: Procs, tmp_path: Path) -> None:
     client = seed.app.rebind(procs.url).sync
     marker = tmp_path / "killed"
-    a = procs.worker("A", "--lease", "1s", "--heartbeat", "0.3s", KILL_IN_UNDO=str(marker))
+    lease = ("--lease", duration(1), "--heartbeat", duration(0.3))
+    a = procs.worker("A", *lease, KILL_IN_UNDO=str(marker))
     run_id = client.start("saga").run_id
     eventually_sync(lambda: a.poll() is not None, timeout=30, what="A to die compensating")
     assert marker.exists()
-    procs.worker("B", "--lease", "1s", "--heartbeat", "0.3s")
-    run = client.wait(run_id, timeout=30)
+    procs.worker("B", *lease)
+    run = client.wait(run_id, timeout=scaled(30))
     assert run.status == "failed" and run.error is not None and "boom" in run.error["message"]
     undos = [(e, w) for _, w, e in _events(procs.url, run_id) if e.startswith("undo")]
     assert undos == [("undo-b", "A"), ("undo-a", "B")]
@@ -58,7 +59,7 @@ def test_acquire_demo_runs_on_a_fresh_directory(tmp_path: Path) -> None:
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run([sys.executable, "-m", "acquire.cli", "demo", "--size-mb", "2",
                            "--workdir", str(tmp_path / "work")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+                          capture_output=True, text=True, timeout=scaled(120))  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "identical to the source" in done.stdout and "1 library row" in done.stdout
     assert (tmp_path / "durably.db").exists()  # the embedded SQLite default

@@ -11,7 +11,7 @@ import pytest
 
 from acquire import files, library
 from tests.acquire.conftest import Acquire
-from tests.helpers import eventually_sync, freeze_outside_a_write
+from tests.helpers import duration, eventually_sync, freeze_outside_a_write, let_go, scaled
 
 
 def _source(acq: Acquire, name: str = "movie.mkv", mb: int = 3) -> Path:
@@ -79,12 +79,12 @@ def test_unwritable_library_starts_nothing(acq: Acquire) -> None:
 def test_worker_killed_after_rename_before_record(acq: Acquire) -> None:
     src = _source(acq)
     marker = acq.work / "fault-fired"
-    a = acq.worker("A", "--lease", "2s", "--heartbeat", "0.5s",
-                   ACQUIRE_FAULT=f"kill-after-rename:{marker}")  # fmt: skip
+    lease = ("--lease", duration(2), "--heartbeat", duration(0.5))
+    a = acq.worker("A", *lease, ACQUIRE_FAULT=f"kill-after-rename:{marker}")
     _add(acq, src, "o2")
     eventually_sync(lambda: a.poll() is not None, timeout=30, what="A to die after the rename")
     assert a.returncode == -signal.SIGKILL and marker.exists()
-    acq.worker("B", "--lease", "2s", "--heartbeat", "0.5s")
+    acq.worker("B", *lease)
     eventually_sync(lambda: _completed(acq, "o2"), timeout=30, what="B to finish")
     copies = [s for s in acq.order("o2")["steps"] if s["step"] == "copy-file"]
     assert [c["status"] for c in copies] == ["abandoned", "completed"]
@@ -94,10 +94,10 @@ def test_worker_killed_after_rename_before_record(acq: Acquire) -> None:
 
 
 def test_frozen_worker_during_copy(acq: Acquire) -> None:
-    src = _source(acq, mb=8)
-    lease = ("--lease", "1s", "--heartbeat", "0.3s")
+    src = _source(acq, mb=round(scaled(8)))  # 0.3 s a MB: the window to freeze A in
+    lease = ("--lease", duration(1), "--heartbeat", duration(0.3))
     a = acq.worker("A", *lease, ACQUIRE_FAULT="slow-copy:0.3")
-    _add(acq, src, "o3")
+    run_id = _add(acq, src, "o3")
     lib = acq.work / "library"
     eventually_sync(lambda: lib.exists() and list(lib.glob(".*partial")), timeout=30,
                     what="A to be copying")  # fmt: skip
@@ -106,8 +106,7 @@ def test_frozen_worker_during_copy(acq: Acquire) -> None:
     eventually_sync(lambda: _completed(acq, "o3"), timeout=60, what="B to take over")
     os.killpg(a.pid, signal.SIGCONT)
     log = acq.work / "worker-A.log"
-    eventually_sync(lambda: "cancelling its step bodies" in log.read_text(), timeout=15,
-                    what="A to stop")  # fmt: skip
+    eventually_sync(lambda: let_go(log.read_text(), run_id), timeout=15, what="A to stop")
     eventually_sync(lambda: not list(lib.glob(".*partial")), timeout=15, what="A's temp file")
     assert files.same_file(src, lib / "movie.mkv")
     assert [e["order_id"] for e in library.entries(acq.url)] == ["o3"]
@@ -116,7 +115,8 @@ def test_frozen_worker_during_copy(acq: Acquire) -> None:
 
 
 def test_cancel_an_order(acq: Acquire) -> None:
-    src = _source(acq, mb=8)
+    # 0.5 s a MB: the cancel (a CLI call, slow on a loaded machine) must land mid-copy.
+    src = _source(acq, mb=round(scaled(40)))
     acq.worker("A", ACQUIRE_FAULT="slow-copy:0.5")
     _add(acq, src, "o4")
     lib = acq.work / "library"

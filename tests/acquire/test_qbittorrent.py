@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from acquire import files, library
 from tests import qbt
 from tests.acquire.conftest import ROOT, Acquire
 from tests.helpers import eventually_sync
+from tests.processes import Processes
 
 pytestmark = pytest.mark.skipif(
     not qbt.available() and not os.environ.get("CI"),
@@ -27,9 +27,9 @@ pytestmark = pytest.mark.skipif(
 class Swarm:
     """A seeder with a generated file, and a downloader the workflow talks to."""
 
-    def __init__(self, work: Path, url: str) -> None:
+    def __init__(self, work: Path, url: str, processes: Processes) -> None:
         self.work = work
-        self.seeder = qbt.Daemon(work, "seeder").start()
+        self.seeder = qbt.Daemon(work, "seeder").start(processes)
         hook = work / "hook.sh"
         hook.write_text(
             "#!/bin/sh\n"
@@ -40,7 +40,7 @@ class Swarm:
         self.downloader = qbt.Daemon(work, "downloader")
         hook.write_text(hook.read_text().replace("{port}", str(self.downloader.web_port)))
         hook.chmod(hook.stat().st_mode | stat.S_IXUSR)
-        self.downloader.start(autorun=f"{hook} %I %F")
+        self.downloader.start(processes, autorun=f"{hook} %I %F")
 
     def seed(self, name: str, mb: int) -> tuple[Path, Path, str]:
         """A file the seeder has complete, its .torrent, and the info hash."""
@@ -67,10 +67,6 @@ class Swarm:
         return {"QBITTORRENT_URL": self.downloader.url, "QBITTORRENT_PASSWORD": qbt.PASSWORD,
                 "QBITTORRENT_SAVE_PATH": str(self.downloader.save)}  # fmt: skip
 
-    def stop(self) -> None:
-        self.downloader.stop()
-        self.seeder.stop()
-
 
 def _progress(api: Any, info_hash: str) -> float | None:
     found = api.torrents_info(torrent_hashes=info_hash)
@@ -78,13 +74,10 @@ def _progress(api: Any, info_hash: str) -> float | None:
 
 
 @pytest.fixture
-def swarm(acq: Acquire) -> Iterator[Swarm]:
-    s = Swarm(acq.work, acq.url)
+def swarm(acq: Acquire) -> Swarm:
+    s = Swarm(acq.work, acq.url, acq.processes)
     acq.base_env.update(s.env())
-    try:
-        yield s
-    finally:
-        s.stop()
+    return s
 
 
 def _add(acq: Acquire, torrent: Path, order_id: str) -> None:

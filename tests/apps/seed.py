@@ -15,6 +15,7 @@ import psycopg
 from pydantic import BaseModel
 
 from durably import Durably, RetryPolicy, StepContext
+from tests.helpers import scaled
 
 URL = os.environ.get("DURABLY_DATABASE_URL", "sqlite:///durably.db")
 app = Durably(URL)
@@ -55,7 +56,7 @@ def ledger(ctx: StepContext, event: str = "run") -> None:
     """Append one line to the business ledger, on a connection of its own."""
     row = (ctx.run_id, ctx.step, WORKER, event, ctx.fence.fence)
     if URL.startswith("sqlite"):
-        with sqlite3.connect(_sqlite_path(URL), timeout=30) as conn:
+        with sqlite3.connect(_sqlite_path(URL), timeout=scaled(30)) as conn:
             conn.execute("INSERT INTO biz_ledger VALUES (?, ?, ?, ?, ?, ?)", (*row, time.time()))
     else:
         with psycopg.connect(URL, autocommit=True) as conn:

@@ -13,6 +13,7 @@ import pytest
 
 from durably import Durably
 from durably.dashboard import Dashboard
+from tests.helpers import scaled
 from tests.pgcluster import free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -52,7 +53,7 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+        b = p.chromium.launch(executable_path=CHROMIUM, timeout=scaled(30) * 1000, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run"])  # fmt: skip
         try:
@@ -61,12 +62,22 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
-def test_list_filter_open_cancel_start_and_refuse(board: Any, browser: Any) -> None:
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh page; Playwright's waits (30 s each by default) stretched like any deadline."""
+    p = browser.new_page()
+    p.set_default_timeout(scaled(30) * 1000)
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def test_list_filter_open_cancel_start_and_refuse(board: Any, page: Any) -> None:
     base, app, token = board
     runs = [app.sync.start("greet", n).run_id for n in ("ann", "bob")]
     app.sync.cancel(runs[1])
 
-    page = browser.new_page()
     page.goto(base + "/")
     assert page.locator("#runs tr").count() == 3  # header + two runs
     page.select_option("select[name=status]", "canceled")
@@ -114,7 +125,7 @@ def test_forged_form_is_refused(board: Any) -> None:
     request = urllib.request.Request(f"{base}/runs/{run_id}/cancel", data=b"csrf=guess",
                                      method="POST")  # fmt: skip
     with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(request)
+        urllib.request.urlopen(request, timeout=scaled(10))
     assert err.value.code == 403
     err.value.close()
     assert app.sync.get_run(run_id).status == "pending"
@@ -123,7 +134,7 @@ def test_forged_form_is_refused(board: Any) -> None:
 def test_metrics(board: Any) -> None:
     base, app, _ = board
     app.sync.start("greet", "eve")
-    with urllib.request.urlopen(base + "/metrics") as resp:
+    with urllib.request.urlopen(base + "/metrics", timeout=scaled(10)) as resp:
         text = resp.read().decode()
     assert 'durably_runs{status="pending"} 1.0' in text
     assert "durably_queue_depth 1.0" in text

@@ -20,7 +20,7 @@ from durably import (
     WorkflowNotFound,
 )
 from durably._errors import ConfigurationError
-from tests.helpers import eventually
+from tests.helpers import duration, eventually, scaled
 
 FAST = RetryPolicy(max_attempts=3, initial_interval="10ms", maximum_interval="50ms")
 
@@ -43,7 +43,7 @@ async def test_main_path_records_each_step_once(db_url: str) -> None:
         a = await ctx.step.run("a", body, "a")
         await ctx.step.sleep("nap", "50ms")
         b = await ctx.step.run("b", body, "b")
-        got = await ctx.step.wait_for_signal(f"go:{order.id}", timeout="10s")
+        got = await ctx.step.wait_for_signal(f"go:{order.id}", timeout=duration(10))
         return {"a": a, "b": b, "got": got}
 
     async with app, app.worker(concurrency=4):
@@ -51,7 +51,7 @@ async def test_main_path_records_each_step_once(db_url: str) -> None:
         await eventually(lambda: _waiting_on(app, handle.run_id), what="the signal wait")
         result = await app.send_signal("go:o1", {"ok": True})
         assert result == {"delivered_to": [handle.run_id], "buffered": False, "duplicate": False}
-        assert await handle.result(timeout=10) == {"a": "A", "b": "B", "got": {"ok": True}}
+        assert await handle.result(timeout=scaled(10)) == {"a": "A", "b": "B", "got": {"ok": True}}
         steps = await app.list_steps(handle.run_id)
     assert calls == ["a", "b"]  # replays after the sleep and the wait re-ran nothing
     assert [(s.step, s.kind, s.status) for s in steps] == [
@@ -91,10 +91,10 @@ async def test_step_retries_are_durable_and_bounded(db_url: str) -> None:
 
     async with app, app.worker():
         ok = await wf.start(2)
-        assert await ok.result(timeout=10) == 3
+        assert await ok.result(timeout=scaled(10)) == 3
         bad = await wf.start(5)
         with pytest.raises(RunFailedError, match="boom attempt 3"):
-            await bad.result(timeout=10)
+            await bad.result(timeout=scaled(10))
         steps = await app.list_steps(bad.run_id)
     assert [s.status for s in steps] == ["failed", "failed", "failed"]
     assert attempts == {"flaky": 3, "broken": 3}
@@ -115,7 +115,7 @@ async def test_non_retryable_error_fails_the_step_at_once(db_url: str) -> None:
     async with app, app.worker():
         handle = await wf.start()
         with pytest.raises(RunFailedError, match="bad request"):
-            await handle.result(timeout=10)
+            await handle.result(timeout=scaled(10))
     assert calls == [1]
 
 
@@ -139,7 +139,7 @@ async def test_caught_step_failure_replays_the_same_path(db_url: str) -> None:
 
     async with app, app.worker():
         handle = await wf.start()
-        assert await handle.result(timeout=10) == "caught ValueError"
+        assert await handle.result(timeout=scaled(10)) == "caught ValueError"
     assert calls == [1]
 
 
@@ -164,7 +164,7 @@ async def test_parallel_steps_and_a_sleeping_sibling(db_url: str) -> None:
 
     async with app, app.worker():
         handle = await wf.start()
-        assert await handle.result(timeout=10) == ["a", None, "b"]
+        assert await handle.result(timeout=scaled(10)) == ["a", None, "b"]
     assert sorted(calls) == ["a", "b"]  # the run parked on the sleep; nothing ran twice
 
 
@@ -227,12 +227,12 @@ async def test_unknown_version_stays_pending_untouched(db_url: str) -> None:
         handle = await v1.start()
         async with new.worker():
             v2_run = await v2.start()
-            assert await v2_run.result(timeout=10) == "v2"
+            assert await v2_run.result(timeout=scaled(10)) == "v2"
         run = await old.get_run(handle.run_id)
         assert (run.status, run.attempts, run.fence, run.error) == ("pending", 0, 0, None)
         assert [r.run_id for r in await new.list_stuck()] == [handle.run_id]
         async with old.worker():
-            assert await handle.result(timeout=10) == "v1"
+            assert await handle.result(timeout=scaled(10)) == "v1"
 
 
 async def test_a_run_has_a_limit_of_step_attempts(db_url: str) -> None:
@@ -246,7 +246,7 @@ async def test_a_run_has_a_limit_of_step_attempts(db_url: str) -> None:
     async with app, app.worker():
         handle = await wf.start()
         with pytest.raises(RunFailedError, match="limit of 5 step attempts"):
-            await handle.result(timeout=10)
+            await handle.result(timeout=scaled(10))
         assert len(await app.list_steps(handle.run_id)) == 5
 
 
@@ -260,7 +260,7 @@ async def test_a_step_result_that_is_not_json_names_the_step(db_url: str) -> Non
     async with app, app.worker():
         handle = await wf.start()
         with pytest.raises(RunFailedError, match="step 'make-object'"):
-            await handle.result(timeout=10)
+            await handle.result(timeout=scaled(10))
         steps = await app.list_steps(handle.run_id)
     assert [(s.step, s.status, s.attempt) for s in steps] == [("make-object", "failed", 1)]
 

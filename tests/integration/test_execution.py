@@ -8,14 +8,14 @@ import asyncio
 from typing import Any
 
 from durably import Durably, RetryPolicy
-from tests.helpers import eventually
+from tests.helpers import eventually, scaled
 
 FAST = RetryPolicy(max_attempts=3, initial_interval="10ms", maximum_interval="20ms")
 
 
 async def _run(app: Durably, wf: Any, *args: Any, timeout: float = 20) -> Any:
     handle = await wf.start(*args)
-    return await handle.wait(timeout=timeout)
+    return await handle.wait(timeout=scaled(timeout))
 
 
 async def test_gather_of_multi_step_branches_replays_each_branch_its_own_results(
@@ -77,7 +77,7 @@ async def test_a_finished_step_is_durable_while_its_sibling_runs_and_cancel_undo
         await eventually(lambda: _status_of(app, handle.run_id, "charge", "completed"),
                          what="charge recorded while copy still runs")  # fmt: skip
         await app.cancel(handle.run_id)
-        run = await handle.wait(timeout=20)
+        run = await handle.wait(timeout=scaled(20))
         steps = {s.step: s.status for s in await app.list_steps(handle.run_id)}
     assert run.status == "canceled"
     assert undone == ["charged"]
@@ -121,7 +121,7 @@ async def test_engine_errors_cannot_be_swallowed_by_workflow_code(db_url: str) -
 
     async with changed, changed.worker():
         await changed.send_signal("go")
-        run = await changed.handle(handle.run_id).wait(timeout=20)
+        run = await changed.handle(handle.run_id).wait(timeout=scaled(20))
     assert run.status == "failed"
     assert run.error is not None and run.error["type"] == "NonDeterminismError"
     assert "'first'" in run.error["message"] and "'renamed'" in run.error["message"]
@@ -155,7 +155,7 @@ async def test_the_kind_is_part_of_the_match(db_url: str) -> None:
 
     async with changed, changed.worker():
         await changed.send_signal("go")
-        run = await changed.handle(handle.run_id).wait(timeout=20)
+        run = await changed.handle(handle.run_id).wait(timeout=scaled(20))
     assert run.status == "failed" and run.error is not None
     assert run.error["type"] == "NonDeterminismError"
     assert "function step 'x'" in run.error["message"]
@@ -229,7 +229,7 @@ async def test_a_step_failing_for_good_beside_a_signal_wait_fails_the_run_and_co
 
     async with app, app.worker():
         handle = await beside.start()
-        run = await handle.wait(timeout=20)
+        run = await handle.wait(timeout=scaled(20))
         steps = await app.list_steps(handle.run_id)
     assert run.status == "failed" and run.error is not None
     assert run.error["message"].startswith("step 'x' failed after 3 attempts: ValueError: boom")
@@ -286,7 +286,10 @@ async def test_parent_deadline_and_failure_cancel_children(db_url: str) -> None:
     async with app, app.worker():
         by_deadline = await parent.start("deadline", deadline_at="+300ms")
         by_failure = await parent.start("fail")
-        runs = [await by_deadline.wait(timeout=20), await by_failure.wait(timeout=20)]
+        runs = [
+            await by_deadline.wait(timeout=scaled(20)),
+            await by_failure.wait(timeout=scaled(20)),
+        ]
         assert [r.status for r in runs] == ["failed", "failed"]
         for run in runs:
             kids = [r for r in await app.list_runs(workflow="waits", limit=10)
@@ -324,7 +327,7 @@ async def test_children_fanned_out_start_at_once(db_url: str) -> None:
         await eventually(all_waiting, what="all 40 children started and waiting")
         for i in range(40):
             await app.send_signal(f"leaf:{i}", None)
-        run = await handle.wait(timeout=30)
+        run = await handle.wait(timeout=scaled(30))
     assert run.status == "completed" and run.output == sum(range(40))
 
 
@@ -350,7 +353,7 @@ async def test_wait_first_and_a_step_timeout(db_url: str) -> None:
 
     async with app, app.worker():
         handle = await race.start()
-        run = await handle.wait(timeout=20)
+        run = await handle.wait(timeout=scaled(20))
         steps = await app.list_steps(handle.run_id)
     assert run.status == "completed", run.error
     assert run.output[:3] == [1, "quick", "StepFailedError"]
@@ -414,9 +417,9 @@ async def test_a_failed_engine_write_is_never_seen_by_workflow_code(
     client = Durably(pg_url)  # reads the outcome directly, not through the proxy
     async with app, client, app.worker(lease="1s", heartbeat="0.2s"):
         handle = await guarded.start()
-        await asyncio.wait_for(running.wait(), 20)
+        await asyncio.wait_for(running.wait(), scaled(20))
         fault_proxy.cut()
         release.set()
-        run = await client.handle(handle.run_id).wait(timeout=30)
+        run = await client.handle(handle.run_id).wait(timeout=scaled(30))
     assert run.status == "completed" and run.output == ["a", "fallback"], run.error
     assert ran.count("fallback") == 1  # as step "b", never as the fallback

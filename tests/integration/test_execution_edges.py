@@ -9,7 +9,7 @@ import asyncio
 from typing import Any
 
 from durably import Durably, NonRetryableError, RetryPolicy
-from tests.helpers import eventually
+from tests.helpers import eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
 
@@ -43,10 +43,10 @@ async def test_cancel_during_failure_compensation_runs_undo_twice(db_url: str) -
 
     async with app, app.worker():
         handle = await fails.start()
-        await asyncio.wait_for(in_undo.wait(), 10)
+        await asyncio.wait_for(in_undo.wait(), scaled(10))
         await app.cancel(handle.run_id)  # user cancels a run that is failing
         release.set()
-        await handle.wait(timeout=20)
+        await handle.wait(timeout=scaled(20))
     assert undone == ["charged"], f"undo ran {len(undone)} times"
 
 
@@ -72,7 +72,7 @@ async def test_step_limit_reached_with_a_compensation_escapes(db_url: str) -> No
 
     async with app, app.worker(lease="1s", heartbeat="300ms"):
         handle = await limit.start()
-        run = await handle.wait(timeout=6)
+        run = await handle.wait(timeout=scaled(6))
     assert run.status == "failed", run
 
 
@@ -91,7 +91,7 @@ async def test_start_workflow_then_return_never_starts_the_child(db_url: str) ->
 
     async with app, app.worker():
         handle = await fire.start()
-        run = await handle.wait(timeout=10)
+        run = await handle.wait(timeout=scaled(10))
         assert run.status == "completed", run.error
         kids = [r for r in await app.list_runs(workflow="kid") if r.parent_run_id == run.run_id]
         assert kids, "fire-and-forget child was never started"
@@ -125,7 +125,7 @@ async def test_signal_sent_between_workflow_attempts_is_lost(db_url: str) -> Non
         # attempt 1 failed and is pending its retry (2s back-off)
         await eventually(lambda: _run_attempts(app, handle.run_id, 2), what="retry scheduled")
         await app.send_signal("go", {"v": 1})
-        run = await handle.wait(timeout=8)
+        run = await handle.wait(timeout=scaled(8))
     assert run.status == "completed", run
 
 
@@ -149,7 +149,7 @@ async def test_wait_first_sleep_as_timeout_does_not_fire_while_a_body_runs(db_ur
 
     async with app, app.worker():
         handle = await timeout_wf.start()
-        run = await handle.wait(timeout=30)
+        run = await handle.wait(timeout=scaled(30))
         steps = await _steps(app, handle.run_id)
     assert run.output == 1, run  # the time-out fired while the body still ran
     assert ("slow", 1, "canceled") in steps
@@ -172,7 +172,7 @@ async def test_body_raising_cancelled_error_gets_a_misleading_failure(db_url: st
 
     async with app, app.worker():
         handle = await flaky_wf.start()
-        run = await handle.wait(timeout=10)
+        run = await handle.wait(timeout=scaled(10))
     assert run.status == "completed", run.error
 
 
@@ -186,7 +186,7 @@ async def test_nul_in_a_workflow_error_loops_on_lease_expiry(pg_url: str) -> Non
 
     async with app, app.worker(lease="1s", heartbeat="300ms"):
         handle = await nul.start()
-        run = await handle.wait(timeout=5)
+        run = await handle.wait(timeout=scaled(5))
     assert run.status == "failed"
 
 
@@ -212,7 +212,7 @@ async def test_nul_in_one_steps_error_fails_other_runs_in_its_batch(pg_url: str)
         await many.start(0)
         await eventually(lambda: len(waiting) == 20, what="20 waiting")
         go.set()
-        runs = [await h.wait(timeout=20) for h in handles]
+        runs = [await h.wait(timeout=scaled(20)) for h in handles]
     bad = [
         (r.input, r.status, (r.error or {}).get("message", "")[:100])
         for r in runs
@@ -240,7 +240,7 @@ async def test_one_signal_satisfies_every_concurrent_wait_of_one_run(db_url: str
         assert delivered == ["a0"]  # one approval satisfies one wait, the earliest
         await app.send_signal("approve", {"by": "bob"})
         await app.send_signal("approve", {"by": "carol"})
-        run = await handle.wait(timeout=10)
+        run = await handle.wait(timeout=scaled(10))
     assert run.output == [{"by": "alice"}, {"by": "bob"}, {"by": "carol"}]
 
 
@@ -273,7 +273,7 @@ async def test_wait_first_loser_signal_wait_swallows_the_next_signal(db_url: str
         await eventually(lambda: _has(app, handle.run_id, "between"), what="between")
         await app.send_signal("x", {"n": 1})
         go.set()
-        run = await handle.wait(timeout=10)
+        run = await handle.wait(timeout=scaled(10))
     assert run.output == {"n": 1}
 
 
@@ -310,7 +310,7 @@ async def test_a_cancel_whose_notify_is_lost_still_stops_later_steps(
         fault_proxy.cut()
         await client.cancel(handle.run_id)
         gate.set()
-        run = await client.handle(handle.run_id).wait(timeout=20)
+        run = await client.handle(handle.run_id).wait(timeout=scaled(20))
     assert run.status == "canceled"
     assert ran == [], "step b ran after the run was canceled"
 
@@ -335,7 +335,7 @@ async def test_business_statement_timeout_in_a_transaction_loops_on_lease_expiry
 
     async with app, app.worker(lease="1s", heartbeat="300ms"):
         handle = await tx.start()
-        run = await handle.wait(timeout=6)
+        run = await handle.wait(timeout=scaled(6))
     assert run.status == "failed" and len(calls) == 2
 
 
@@ -363,6 +363,6 @@ async def test_a_long_transaction_step_blocks_the_heartbeat_of_every_run(pg_url:
         hb = await tb.start()
         await eventually(lambda: b_calls, what="b running")
         ha = await ta.start()
-        await hb.wait(timeout=20)
-        await ha.wait(timeout=20)
+        await hb.wait(timeout=scaled(20))
+        await ha.wait(timeout=scaled(20))
     assert len(b_calls) == 1, "b's body ran again although its worker was alive"

@@ -19,7 +19,7 @@ from durably import (
     StepContext,
     WorkflowTimeoutError,
 )
-from tests.helpers import eventually
+from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
 
@@ -33,20 +33,20 @@ async def test_signal_fan_out_buffering_and_addressing(db_url: str) -> None:
 
     @app.workflow(name="waiter", version="v1")
     async def waiter(ctx: Any, topic: str) -> Any:
-        return await ctx.step.wait_for_signal(topic, timeout="30s")
+        return await ctx.step.wait_for_signal(topic, timeout=duration(30))
 
     async with app, app.worker():
         a, b = await waiter.start("t"), await waiter.start("t")
         await eventually(lambda: _both_waiting(app, a.run_id, b.run_id), what="two waiters")
         sent = await app.send_signal("t", {"n": 1})
         assert sorted(sent["delivered_to"]) == sorted([a.run_id, b.run_id])
-        assert await a.result(timeout=10) == {"n": 1} == await b.result(timeout=10)
+        assert await a.result(timeout=scaled(10)) == {"n": 1} == await b.result(timeout=scaled(10))
 
         # No waiter: buffered; received in send order, each exactly once.
         for n in (1, 2, 3):
             assert (await app.send_signal("q", n))["buffered"] is True
         handles = [await waiter.start("q") for _ in range(3)]
-        got = sorted([await h.result(timeout=10) for h in handles])
+        got = sorted([await h.result(timeout=scaled(10)) for h in handles])
         assert got == [1, 2, 3]
 
         # Addressed to one run: the other waiter does not get it.
@@ -54,7 +54,7 @@ async def test_signal_fan_out_buffering_and_addressing(db_url: str) -> None:
         await eventually(lambda: _both_waiting(app, c.run_id, d.run_id), what="two waiters")
         res = await app.send_signal("addr", "only-c", run_id=c.run_id)
         assert res["delivered_to"] == [c.run_id]
-        assert await c.result(timeout=10) == "only-c"
+        assert await c.result(timeout=scaled(10)) == "only-c"
         assert await _status(app, d.run_id, "waiting")
         with pytest.raises(RunTerminalError, match="completed"):
             await app.send_signal("addr", "late", run_id=c.run_id)
@@ -76,7 +76,7 @@ async def test_signal_timeout_returns_none_and_is_recorded(db_url: str) -> None:
 
     async with app, app.worker():
         handle = await wf.start()
-        assert await handle.result(timeout=10) == {"got": None}
+        assert await handle.result(timeout=scaled(10)) == {"got": None}
         assert (await app.send_signal("never", 1))["buffered"] is True
 
 
@@ -107,7 +107,7 @@ async def test_cancel_interrupts_async_and_sync_bodies(db_url: str) -> None:
             assert (await app.cancel(handle.run_id)).status == "canceled"
             if mode == "sync":
                 await eventually(lambda: stopped.is_set(), timeout=1, what="ctx.cancelled")
-            assert time.monotonic() - began < 1
+            assert time.monotonic() - began < scaled(1)
             steps = await app.list_steps(handle.run_id)
             assert [(s.step, s.status) for s in steps] == [("long", "canceled")]
             with pytest.raises(RunTerminalError, match="already canceled"):
@@ -150,7 +150,8 @@ async def test_children_results_failures_and_timeouts(db_url: str) -> None:
 
     async with app, app.worker():
         handle = await parent.start()
-        assert await handle.result(timeout=20) == {"ok": 40, "failed": "failed", "timed_out": True}
+        expected = {"ok": 40, "failed": "failed", "timed_out": True}
+        assert await handle.result(timeout=scaled(20)) == expected
         children = [r for r in await app.list_runs(workflow="child")]
         assert sorted(r.status for r in children) == ["canceled", "completed", "failed"]
         assert all(r.parent_run_id == handle.run_id for r in children)
@@ -202,9 +203,9 @@ async def test_deadline_cancels_the_step_in_flight(db_url: str) -> None:
         await ctx.step.run("slow", slow)
 
     async with app, app.worker():
-        handle = await late.start(deadline_at="+300ms")
+        handle = await late.start(deadline_at=f"+{duration(0.3)}")  # after the step starts
         with pytest.raises(RunFailedError, match="DeadlineExceeded"):
-            await handle.result(timeout=10)
+            await handle.result(timeout=scaled(10))
         steps = await app.list_steps(handle.run_id)
         assert [(s.step, s.status) for s in steps] == [("slow", "canceled")]
 
@@ -231,7 +232,7 @@ async def test_compensations_run_newest_first_once_each(db_url: str) -> None:
     async with app, app.worker():
         failed = await saga.start(True)
         with pytest.raises(RunFailedError):
-            await failed.result(timeout=10)
+            await failed.result(timeout=scaled(10))
         assert undone == ["c", "a"]
         steps = [(s.step, s.status) for s in await app.list_steps(failed.run_id)]
         assert steps[-2:] == [("compensate:c", "completed"), ("compensate:a", "completed")]

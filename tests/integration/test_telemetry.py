@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from durably import Durably
+from tests.helpers import scaled
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -34,7 +35,7 @@ async def test_start_run_and_steps_are_one_trace(sqlite_url: str) -> None:
 
     async with app, app.worker():
         handle = await wf.start()
-        assert await handle.result(timeout=10) == 2
+        assert await handle.result(timeout=scaled(10)) == 2
     spans = {s.name: s for s in _EXPORTER.get_finished_spans()}
     start, step_a, step_b = spans["durably.start traced"], spans["durably.step a"], spans[
         "durably.step b"]  # fmt: skip

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from typing import Any
 
 import psycopg
 import pytest
 
 from durably import Durably, LeaseLostError, RetryPolicy, RunFailedError
+from tests.helpers import eventually, scaled
 
 
 def _business_table(url: str) -> None:
@@ -49,20 +51,22 @@ async def test_transaction_step_commits_business_write_with_its_record(db_url: s
         return str(out)
 
     async with app, app.worker():
-        assert await (await wf.start("k1")).result(timeout=10) == "k1"
+        assert await (await wf.start("k1")).result(timeout=scaled(10)) == "k1"
     assert _library(db_url) == ["k1"]
 
 
 async def test_transaction_step_after_lost_lease_commits_nothing(db_url: str) -> None:
     _business_table(db_url)
     app = Durably(db_url)
+    expired = threading.Event()
 
-    async def slow_gate() -> None:
-        await asyncio.sleep(0.3)
+    async def gate() -> None:
+        # Hold the run until its lease is gone, however long the test takes to get there.
+        await asyncio.to_thread(expired.wait, scaled(30))
 
     @app.workflow(name="stolen", version="v1")
     async def wf(ctx: Any) -> None:
-        await ctx.step.run("gate", slow_gate)
+        await ctx.step.run("gate", gate)
         await ctx.step.transaction("register", _insert, "k2",
                                    retry=RetryPolicy(max_attempts=1))  # fmt: skip
 
@@ -70,14 +74,18 @@ async def test_transaction_step_after_lost_lease_commits_nothing(db_url: str) ->
         handle = await wf.start()
         worker = app.worker()
         async with worker:
-            while not worker.running:
-                await asyncio.sleep(0.01)
-            execution, _ = worker.running[handle.run_id]
-            # Expire the lease behind the worker's back, as if it had been frozen.
-            await _expire_lease(app, handle.run_id)
-            with pytest.raises(LeaseLostError):
-                async with app.store.db.transaction() as tx:
-                    await app.store.check_lease(tx, execution.lease)
+            try:
+                await eventually(lambda: worker.running.get(handle.run_id), what="the claim")
+                execution, _ = worker.running[handle.run_id]
+                # Expire the lease behind the worker's back, as if it had been frozen.
+                await _expire_lease(app, handle.run_id)
+                with pytest.raises(LeaseLostError):
+                    async with app.store.db.transaction() as tx:
+                        await app.store.check_lease(tx, execution.lease)
+            finally:
+                expired.set()
+            await eventually(lambda: handle.run_id not in worker.running,
+                             what="the worker to give up the run")  # fmt: skip
         run = await app.get_run(handle.run_id)
     assert _library(db_url) == []
     assert run.status != "completed"
@@ -86,7 +94,7 @@ async def test_transaction_step_after_lost_lease_commits_nothing(db_url: str) ->
 async def _expire_lease(app: Durably, run_id: str) -> None:
     url = app.url
     if url.startswith("sqlite"):
-        with sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30) as conn:
+        with sqlite3.connect(url.removeprefix("sqlite:///"), timeout=scaled(30)) as conn:
             conn.execute("UPDATE durably_runs SET fence = fence + 1 WHERE id = ?", (run_id,))
     else:
         with psycopg.connect(url, autocommit=True) as conn:
@@ -124,7 +132,7 @@ async def test_start_inside_the_callers_transaction(db_url: str) -> None:
         runs = await app.list_runs()
         assert [r.input for r in runs] == ["kept"]
         async with app.worker():
-            assert await kept.result(timeout=10) == "kept"
+            assert await kept.result(timeout=scaled(10)) == "kept"
     assert _library(db_url) == ["kept"]
 
 
@@ -166,7 +174,7 @@ async def test_failed_run_keeps_the_error(db_url: str) -> None:
     async with app, app.worker():
         handle = await wf.start()
         with pytest.raises(RunFailedError, match="attempt 2"):
-            await handle.result(timeout=10)
+            await handle.result(timeout=scaled(10))
         assert (await handle.get()).attempts == 2
 
 
@@ -190,7 +198,7 @@ async def test_a_workflow_retry_runs_a_failed_step_again(db_url: str) -> None:
 
     async with app, app.worker():
         handle = await wf.start()
-        assert await handle.result(timeout=10) == "once ok"
+        assert await handle.result(timeout=scaled(10)) == "once ok"
         assert (await handle.get()).attempts == 3
         steps = [(s.step, s.status) for s in await app.list_steps(handle.run_id)]
     assert len(calls) == 3
