@@ -168,7 +168,8 @@ async def check_child(
     x: Execution, cmd: Command, attempt: int, child_id: str, wake_at: datetime | None
 ) -> None:
     child = await x.store.get_run(child_id)
-    if child.terminal:
+    timed_out = (child.error or {}).get("type") == "WorkflowTimeoutError"
+    if child.terminal and not (child.status == "canceled" and timed_out):
         if child.status == "completed":
             out = x.encode(child.output, "a child's result")
             await _resolve_wait(x, cmd, attempt, None, output=out)
@@ -178,7 +179,9 @@ async def check_child(
             "message": f"child run {child.run_id} {child.status}",
             "child_run_id": child.run_id, "status": child.status, "child_error": child.error,
         }  # fmt: skip
-    elif wake_at is not None and wake_at <= x.now():
+    elif child.terminal or (wake_at is not None and wake_at <= x.now()):
+        # Timed out: cancel the child (a claim that did so before it could record the
+        # time-out finds the child canceled for that reason, and records it now).
         with contextlib.suppress(RunTerminalError):
             await x.store.cancel(
                 child.run_id,

@@ -366,3 +366,33 @@ async def test_a_long_transaction_step_blocks_the_heartbeat_of_every_run(pg_url:
         await hb.wait(timeout=scaled(20))
         await ha.wait(timeout=scaled(20))
     assert len(b_calls) == 1, "b's body ran again although its worker was alive"
+
+
+async def test_a_child_canceled_for_its_time_out_reads_as_a_time_out(db_url: str) -> None:
+    """Found by the chaos soak: a claim cancels a timed-out child and dies before it records
+    the time-out; the next claim must still see a time-out, not a canceled child."""
+    app = Durably(db_url)
+
+    @app.workflow(name="slowkid", version="v1")
+    async def slowkid(ctx: Any) -> Any:
+        return await ctx.step.wait_for_signal("never")
+
+    @app.workflow(name="waiter", version="v1")
+    async def waiter(ctx: Any) -> Any:
+        try:
+            return await ctx.step.run_workflow(slowkid, None, timeout="1h")
+        except Exception as exc:
+            return type(exc).__name__
+
+    async with app, app.worker():
+        handle = await waiter.start()
+        kid = await eventually(lambda: _kid_of(app, handle.run_id), what="the child")
+        # What the dead claim did before it could record the time-out:
+        await app.store.cancel(kid, {"type": "WorkflowTimeoutError", "message": "stopped"})
+        run = await handle.wait(timeout=scaled(20))
+    assert run.output == "WorkflowTimeoutError"
+
+
+async def _kid_of(app: Durably, run_id: str) -> str | None:
+    kids = [r for r in await app.list_runs(workflow="slowkid") if r.parent_run_id == run_id]
+    return kids[0].run_id if kids and kids[0].status == "waiting" else None
