@@ -161,9 +161,7 @@ class Body:
 
 async def run_function(x: Execution, cmd: Command, body: Body) -> None:
     """Attempts of a function step until it completes or fails for good."""
-    rec = cmd.recorded
-    if rec is not None and rec.status == "failed" and rec.wake_at and rec.wake_at > x.now():
-        cmd.wait = Wait(rec.wake_at, f"retry:{cmd.name}", retry=True, attempt=rec.attempt)
+    if _backing_off(x, cmd):
         return
     attempt, began, start = await _begin(x, cmd, body.sig[2])
     try:
@@ -189,13 +187,19 @@ async def run_function(x: Execution, cmd: Command, body: Body) -> None:
     ), value=decode(output))  # fmt: skip
 
 
+def _backing_off(x: Execution, cmd: Command) -> bool:
+    """The last attempt failed and its retry is not due yet: wait for it (True)."""
+    rec = cmd.recorded
+    if rec is None or rec.status != "failed" or rec.wake_at is None or rec.wake_at <= x.now():
+        return False
+    cmd.wait = Wait(rec.wake_at, f"retry:{cmd.name}", retry=True, attempt=rec.attempt)
+    return True
+
+
 async def _begin(
     x: Execution, cmd: Command, is_async: bool, spend: bool = True
 ) -> tuple[int, float, StartRecord]:
-    if spend:  # compensations do not count: a run at its limit must still undo
-        x.spend_attempt()
-    attempt = x.history.next_attempt(cmd.position)
-    x.history.took_attempt(cmd.position, attempt)
+    attempt = x.new_attempt(cmd.position, spend)
     start = StartRecord(x, cmd.position, attempt, cmd.name, cmd.kind)
     if not is_async:
         await start.write()
@@ -273,9 +277,7 @@ async def _failed(
 
 async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
     """`fn(conn, *args)` and the step's record in one transaction, with the lease checked."""
-    rec = cmd.recorded
-    if rec is not None and rec.status == "failed" and rec.wake_at and rec.wake_at > x.now():
-        cmd.wait = Wait(rec.wake_at, f"retry:{cmd.name}", retry=True, attempt=rec.attempt)
+    if _backing_off(x, cmd):
         return
     attempt, began, _ = await _begin(x, cmd, True)
     seq = x.reserve()

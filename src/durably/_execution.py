@@ -121,6 +121,15 @@ class Execution(RunLog, LiveWaits):
                                "cannot store in JSON")  # fmt: skip
         return text
 
+    def new_attempt(self, position: int, spend: bool = True) -> int:
+        """The number of the next attempt at `position`, counted against the run's limit
+        (compensations are not: a run at its limit must still undo)."""
+        if spend:
+            self.spend_attempt()
+        attempt = self.history.next_attempt(position)
+        self.history.took_attempt(position, attempt)
+        return attempt
+
     def spend_attempt(self) -> None:
         """Count one more step attempt against the run's limit."""
         self.history.attempts += 1
@@ -196,8 +205,7 @@ class Execution(RunLog, LiveWaits):
 
     async def _lifecycle(self, cmd: Command) -> None:
         try:
-            if any(s <= cmd.gate for s in self._in_flight):
-                await self._durable_through(cmd.gate)
+            await self._durable_through(cmd.gate)
             if self.stop is None and self.fatal is None:
                 await cmd.lifecycle(self, cmd)
         except Exception as exc:

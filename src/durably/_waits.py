@@ -28,9 +28,7 @@ async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
     if rec is not None and rec.waiting:
         attempt, wake_at = rec.attempt, rec.wake_at
     else:
-        x.spend_attempt()
-        attempt = x.history.next_attempt(cmd.position)
-        x.history.took_attempt(cmd.position, attempt)
+        attempt = x.new_attempt(cmd.position)
         wake_at = await x.store.record_start(
             x.lease, cmd.position, attempt, cmd.name, "sleep", wait_s=seconds
         )
@@ -52,9 +50,7 @@ async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: floa
         else:
             cmd.wait = Wait(rec.wake_at, f"signal:{signal}", attempt=rec.attempt)
         return
-    x.spend_attempt()
-    attempt = x.history.next_attempt(cmd.position)
-    x.history.took_attempt(cmd.position, attempt)
+    attempt = x.new_attempt(cmd.position)
     seq = x.reserve()
     try:
         taken, wake_at = await x.store.begin_signal_wait(
@@ -101,9 +97,7 @@ async def _resolve_wait(
 async def run_send_signal(
     x: Execution, cmd: Command, signal: str, data_json: str, key: str | None, run_id: str | None
 ) -> None:
-    x.spend_attempt()
-    attempt = x.history.next_attempt(cmd.position)
-    x.history.took_attempt(cmd.position, attempt)
+    attempt = x.new_attempt(cmd.position)
     seq = x.reserve()
     try:
         result = await x.store.send_signal_step(
@@ -134,9 +128,7 @@ async def run_child(
     if rec is not None and rec.waiting and rec.child_run_id:
         await check_child(x, cmd, rec.attempt, rec.child_run_id, rec.wake_at)
         return
-    x.spend_attempt()
-    attempt = x.history.next_attempt(cmd.position)
-    x.history.took_attempt(cmd.position, attempt)
+    attempt = x.new_attempt(cmd.position)
     child_id = child_run_id(x.run_id, cmd.position, attempt)
     try:
         new = workflow.new_run(
