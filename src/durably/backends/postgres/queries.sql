@@ -54,14 +54,23 @@ SELECT s.*, s.id AS attempt_id FROM {schema}.step_attempts s
 WHERE run_id = :run_id ORDER BY started_at, id;
 
 -- name: claim
+-- The due runs of each (workflow, version) the worker serves, oldest first, read from one
+-- range of runs_due per pair: runs of versions no worker here serves are never read. Each
+-- pair's candidates are locked as they are read, passing over those another worker holds
+-- (so the next of that pair are taken instead); the oldest :limit of them all are claimed
+-- (the few locked beyond are free again when this statement ends).
 WITH due AS (
-    SELECT id FROM {schema}.runs
-    WHERE available_at <= now()
-      AND (workflow, version) IN
-          (SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])))
-    ORDER BY available_at
+    SELECT c.id FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
+        AS p(workflow, version)
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.available_at FROM {schema}.runs r
+        WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at <= now()
+        ORDER BY r.available_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY c.available_at
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
@@ -90,10 +99,13 @@ SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned
 FROM claimed;
 
 -- name: next_due
-SELECT min(available_at) AS next_at, now() AS db_now FROM {schema}.runs
-WHERE available_at IS NOT NULL
-  AND (workflow, version) IN
-      (SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])));
+-- One look into runs_due per served pair (no pairs: one row, next_at NULL).
+SELECT min(n.next_at) AS next_at, now() AS db_now
+FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])) AS p(workflow, version)
+CROSS JOIN LATERAL (
+    SELECT min(r.available_at) AS next_at FROM {schema}.runs r
+    WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at IS NOT NULL
+) n;
 
 -- name: heartbeat
 -- Rows are locked in id order, as the group commit locks them: no deadlock between them.

@@ -61,12 +61,16 @@ UPDATE {schema}_runs SET
     updated_at = now(),
     claim_token = :token
 WHERE id IN (
-    SELECT id FROM {schema}_runs
-    WHERE available_at <= now()
-      AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
-                  ON w.key = v.key WHERE w.value = {schema}_runs.workflow
-                  AND v.value = {schema}_runs.version)
-    ORDER BY available_at
+    -- The oldest due runs of each (workflow, version) served, from one range of runs_due
+    -- per pair (runs of versions no worker here serves are never read); then the oldest.
+    -- CROSS JOIN keeps the pairs outermost whatever the statistics say.
+    SELECT r.id FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+    CROSS JOIN {schema}_runs r WHERE r.id IN (
+        SELECT id FROM {schema}_runs
+        WHERE workflow = w.value AND version = v.value AND available_at <= now()
+        ORDER BY available_at
+        LIMIT :limit)
+    ORDER BY r.available_at
     LIMIT :limit
 );
 UPDATE {schema}_step_attempts SET status = 'abandoned', finished_at = now()
@@ -86,11 +90,11 @@ FROM {schema}_runs r WHERE claim_token = :token;
 UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
 
 -- name: next_due
-SELECT min(available_at) AS next_at, now() AS db_now FROM {schema}_runs
-WHERE available_at IS NOT NULL
-  AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
-              ON w.key = v.key WHERE w.value = {schema}_runs.workflow
-              AND v.value = {schema}_runs.version);
+-- One look into runs_due per served pair (no pairs: one row, next_at NULL).
+SELECT min((SELECT min(available_at) FROM {schema}_runs
+            WHERE workflow = w.value AND version = v.value AND available_at IS NOT NULL))
+       AS next_at, now() AS db_now
+FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key;
 
 -- name: heartbeat
 UPDATE {schema}_runs SET lease_expires_at = now() + :lease, available_at = now() + :lease
