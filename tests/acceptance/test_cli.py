@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import Procs
+from tests.acceptance.conftest import APP, Procs
 from tests.processes import Processes
 
 
@@ -63,6 +63,19 @@ def test_unreachable_database_is_one_line(tmp_path: Path, processes: Processes) 
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("app", ["", APP])
+def test_read_only_commands_create_no_database(
+    tmp_path: Path, app: str, processes: Processes
+) -> None:
+    procs = Procs(f"sqlite:///{tmp_path}/no/dir/x.db", tmp_path, processes)
+    for args in (("runs",), ("show", "0123abcd")):
+        done = procs.cli(*args, check=False, DURABLY_APP=app)
+        assert done.returncode == 1, done
+        assert "cannot open SQLite file" in done.stderr and "it must exist" in done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "no").exists()
+
+
 def test_bad_database_url_and_app(tmp_path: Path, processes: Processes) -> None:
     procs = Procs("mysql://x", tmp_path, processes)
     done = procs.cli("runs", check=False)
@@ -70,6 +83,7 @@ def test_bad_database_url_and_app(tmp_path: Path, processes: Processes) -> None:
     procs = Procs(f"sqlite:///{tmp_path}/x.db", tmp_path, processes)
     done = procs.cli("--app", "no_such_module:app", "runs", check=False)
     assert done.returncode == 2 and "cannot import" in done.stderr
+    procs.cli("--schema", "other", "migrate", DURABLY_APP="")
     listed = procs.cli("--schema", "other", "runs", "--json", DURABLY_APP="")
     assert json.loads(listed.stdout) == []
     done = procs.cli("--schema", "Bad-Name", "runs", check=False, DURABLY_APP="")

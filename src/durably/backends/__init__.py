@@ -24,7 +24,8 @@ def validate_schema(name: str) -> str:
 
 
 def connect(url: str, schema: str, clock: Clock, pool_size: int = 10) -> Connector:
-    """A connector for `postgresql://…` or `sqlite:///path` (nothing is opened yet)."""
+    """A connector for `postgresql://…` or `sqlite:///path` (nothing is opened yet);
+    `sqlite:///path?mode=ro` opens an existing file for reading only."""
     schema = validate_schema(schema)
     if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
         from .postgres.connector import PostgresConnector
@@ -35,9 +36,13 @@ def connect(url: str, schema: str, clock: Clock, pool_size: int = 10) -> Connect
     if url.startswith("sqlite://"):
         from .sqlite.connector import SqliteConnector
 
-        path = url.removeprefix("sqlite://")
+        path, _, options = url.removeprefix("sqlite://").partition("?")
         path = path[1:] if path.startswith("/") else path
-        return SqliteConnector(path or ":memory:", schema, clock)
+        if options not in ("", "mode=ro"):
+            raise ConfigurationError(
+                f"unsupported SQLite URL option {options!r}: the one option is ?mode=ro"
+            )
+        return SqliteConnector(path or ":memory:", schema, clock, read_only=bool(options))
     raise ConfigurationError(
         f"unsupported database URL {url!r}: use postgresql://… or sqlite:///path/to/file.db"
     )

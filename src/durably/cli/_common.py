@@ -37,23 +37,33 @@ class Options:
     app_path: str | None
     schema: str
 
-    def load(self, need_app: bool = False) -> Durably:
-        """The user's app (from --app), pointed at --database; or a bare one."""
+    def load(self, need_app: bool = False, read_only: bool = False) -> Durably:
+        """The user's app (from --app), pointed at --database; or a bare one. A command
+        that only reads opens a SQLite file read-only: it never creates one."""
         try:
-            return self._load(need_app)
+            return self._load(need_app, read_only)
         except DurablyError as exc:
             fail(str(exc), 2 if isinstance(exc, INPUT_ERRORS) else 1)
 
-    def _load(self, need_app: bool) -> Durably:
+    def _load(self, need_app: bool, read_only: bool) -> Durably:
         if self.app_path:
             app = _import_app(self.app_path)
-            if self.database and self.database != app.url:
-                app = app.rebind(self.database)
+            url = _for_reading(self.database or app.url) if read_only else self.database
+            if url and url != app.url:
+                app = app.rebind(url)
             return app
         if need_app:
             fail("this command needs the workflows: pass --app module:attribute "
                  "(or set DURABLY_APP)", 2)  # fmt: skip
-        return Durably(self.database or DEFAULT_URL, schema=self.schema)
+        url = self.database or DEFAULT_URL
+        return Durably(_for_reading(url) if read_only else url, schema=self.schema)
+
+
+def _for_reading(url: str) -> str:
+    """A SQLite URL opened read-only (other databases are left as they are)."""
+    if url.startswith("sqlite://") and "?" not in url:
+        return f"{url}?mode=ro"
+    return url
 
 
 def _import_app(path: str) -> Durably:

@@ -119,7 +119,7 @@ def list_runs(
     statuses = ("pending", "running", "waiting", "completed", "failed", "canceled")
     if status is not None and status not in statuses:
         fail(f"--status must be one of {', '.join(statuses)}", 2)
-    durably = options(ctx).load()
+    durably = options(ctx).load(read_only=True)
 
     async def go() -> Any:
         if stuck:
@@ -141,7 +141,7 @@ def show(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show a run and its step attempts as a timeline."""
-    durably = options(ctx).load()
+    durably = options(ctx).load(read_only=True)
 
     async def go() -> Any:
         return await durably.get_run(run_id), await durably.list_steps(run_id)

@@ -5,6 +5,15 @@ transaction at a time. Other processes on the same file are kept apart by SQLite
 write lock (BEGIN IMMEDIATE with a busy timeout). Wake-ups between processes come from
 `PRAGMA data_version`, which changes when another connection commits: reading it touches
 only shared memory, so checking it often costs next to nothing.
+
+Commits are durable when they return (`synchronous=FULL`: the WAL is synced at each
+commit; NORMAL would lose the last commits on a power cut, and with them step records
+whose effects happened). Opened read-only (`sqlite:///file.db?mode=ro`), nothing is
+created or migrated: the file must exist, with durably's tables.
+
+Errors: an OperationalError that is about the file (busy, locked, I/O, cannot open,
+read-only, full, corrupt) is `DatabaseUnavailable`; one about the SQL (SQLITE_ERROR: no
+such table, a syntax error) and every other sqlite3 error are raised as they are.
 """
 
 from __future__ import annotations
@@ -20,9 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ..._clock import Clock
-from ..._errors import DatabaseUnavailable
+from ..._errors import ConfigurationError, DatabaseUnavailable
 from .. import _queries
 from .._base import Row
 
@@ -101,13 +111,22 @@ def _execute(conn: sqlite3.Connection, statements: list[str], args: dict[str, An
     return rows
 
 
+def classify(exc: sqlite3.Error) -> Exception:
+    """The error the engine sees for a sqlite3 error (see the module docstring)."""
+    name = getattr(exc, "sqlite_errorname", None)
+    if isinstance(exc, sqlite3.OperationalError) and name != "SQLITE_ERROR":
+        return DatabaseUnavailable(f"SQLite error: {exc}")
+    return exc
+
+
 class SqliteConnector:
     """Runs durably's named queries on a SQLite file."""
 
     dialect = "sqlite"
 
-    def __init__(self, path: str, schema: str, clock: Clock) -> None:
+    def __init__(self, path: str, schema: str, clock: Clock, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only
         self.schema = schema
         self._clock = clock
         self._conn: sqlite3.Connection | None = None
@@ -121,14 +140,17 @@ class SqliteConnector:
         self._thread_ids: set[int] = set()
 
     def _connect(self) -> sqlite3.Connection:
-        if self.path not in (":memory:", "") and not self.path.startswith("file:"):
+        target = self.path
+        if self.read_only:
+            target = f"file:{quote(self.path)}?mode=ro"
+        elif self.path not in (":memory:", "") and not self.path.startswith("file:"):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-        )
+        conn = sqlite3.connect(target, uri=self.read_only, isolation_level=None,
+                               check_same_thread=False, timeout=30.0)  # fmt: skip
         self.prepare(conn)
-        _use_wal(conn)
-        conn.execute("PRAGMA synchronous=NORMAL")
+        if not self.read_only:
+            _use_wal(conn)
+            conn.execute("PRAGMA synchronous=FULL")
         return conn
 
     def prepare(self, conn: sqlite3.Connection) -> None:
@@ -139,11 +161,16 @@ class SqliteConnector:
 
     async def open(self) -> None:
         if self._conn is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="durably-sqlite")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="durably-sqlite")
+            loop = asyncio.get_running_loop()
             try:
-                self._conn = await self._run(self._connect)
+                self._conn = await loop.run_in_executor(self._executor, self._connect)
             except sqlite3.Error as exc:
-                raise DatabaseUnavailable(f"cannot open SQLite file {self.path!r}: {exc}") from exc
+                how = " for reading (it must exist)" if self.read_only else ""
+                raise DatabaseUnavailable(
+                    f"cannot open SQLite file {self.path!r}{how}: {exc}"
+                ) from exc
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -157,11 +184,17 @@ class SqliteConnector:
         assert self._executor is not None
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
-        except sqlite3.OperationalError as exc:
-            raise DatabaseUnavailable(f"SQLite error: {exc}") from exc
+        except sqlite3.Error as exc:
+            translated = classify(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
 
     async def migrate(self) -> list[str]:
         await self.open()
+        if self.read_only:
+            await self._check_migrated()
+            return []
         async with self.transaction() as tx:
             conn = tx.connection
 
@@ -189,6 +222,18 @@ class SqliteConnector:
 
             result: list[str] = await self._run(apply)
             return result
+
+    async def _check_migrated(self) -> None:
+        assert self._conn is not None
+        conn, table = self._conn, f"{self.schema}_migrations"
+        found = await self._run(lambda: conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone())  # fmt: skip
+        if found is None:
+            raise ConfigurationError(
+                f"{self.path} has no durably tables (schema {self.schema!r}): nothing was "
+                "ever started there, or it is another database"
+            )
 
     @contextlib.asynccontextmanager
     async def transaction(self, external: Any = None) -> AsyncIterator[SqliteTx]:
