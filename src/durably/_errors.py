@@ -159,10 +159,14 @@ class NonRetryableError(Exception):
 def describe(exc: BaseException, traceback: bool = True) -> dict[str, Any]:
     """The JSON form of an error as stored on runs and step attempts, with its traceback."""
     if isinstance(exc, StepFailedError):
-        return {"type": "StepFailedError", "message": str(exc), "step": exc.step,
+        return {"type": "StepFailedError", "message": _storable(str(exc)), "step": exc.step,
                 "attempts": exc.attempts, "cause": exc.error}  # fmt: skip
-    # NUL is the one character PostgreSQL cannot store in text or JSON.
-    out: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc).replace("\0", "")}
+    out: dict[str, Any] = {"type": type(exc).__name__, "message": _storable(str(exc))}
     if traceback and exc.__traceback__ is not None:
-        out["traceback"] = "".join(_tb.format_exception(exc))[-8000:].replace("\0", "")
+        out["traceback"] = _storable("".join(_tb.format_exception(exc))[-8000:])
     return out
+
+
+def _storable(text: str) -> str:
+    # PostgreSQL cannot store NUL in text or JSON; an error message is for people anyway.
+    return text.replace("\x00", "\\x00")

@@ -4,14 +4,16 @@ A worker executes many runs at once; their completed steps reach the recorder in
 (a batch of claimed runs moves in step). Everything that arrives in one turn of the event
 loop goes to the database as one statement, and while the recorder's few statements are
 in flight, new records wait and form the next, larger batch. Each record still commits
-only under its own run's lease, and each caller learns whether its own record made it.
+only under its own run's lease, and each caller learns whether its own record made it; a
+batch the database refuses for its data is written again record by record, so a record it
+cannot store fails its own step only.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from ._errors import DatabaseUnavailable, LeaseLostError
+from ._errors import DurablyError, LeaseLostError
 from ._records import Lease, PendingStep
 from ._store import Store
 
@@ -64,34 +66,36 @@ class StepRecorder:
 
     async def _send(self, batch: list[tuple[Lease, PendingStep, asyncio.Future[str]]]) -> None:
         try:
-            written = await self._store.record_many(
-                self._worker_id, [(lease, step) for lease, step, _ in batch]
-            )
-        except DatabaseUnavailable as exc:
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-        except Exception as exc:
-            if len(batch) == 1:
-                batch[0][2].set_exception(exc)
-                return
-            # One record the database refuses must not fail its neighbours: alone, each
-            # record learns its own fate.
-            for entry in batch:
-                await self._send([entry])
-        else:
-            for lease, step, future in batch:
-                if future.done():
-                    continue
-                status = written.get((lease.run_id, step.position, step.attempt))
-                if status is not None:
-                    future.set_result(status)
-                else:
-                    future.set_exception(LeaseLostError(
-                        f"lost the lease on run {lease.run_id}; the result of step "
-                        f"{step.name!r} was not recorded and another worker will run it"
-                    ))  # fmt: skip
+            await self._write(batch)
         finally:
             self._in_flight.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
             if self._queue:
                 self._kick()
+
+    async def _write(self, batch: list[tuple[Lease, PendingStep, asyncio.Future[str]]]) -> None:
+        try:
+            written = await self._store.record_many(
+                self._worker_id, [(lease, step) for lease, step, _ in batch]
+            )
+        except Exception as exc:
+            if len(batch) > 1 and not isinstance(exc, DurablyError):
+                # The database refused the statement for something in it (data it cannot
+                # store): one run's record must not fail the others', so each goes alone.
+                for item in batch:
+                    await self._write([item])
+                return
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for lease, step, future in batch:
+            if future.done():
+                continue
+            status = written.get((lease.run_id, step.position, step.attempt))
+            if status is not None:
+                future.set_result(status)
+            else:
+                future.set_exception(LeaseLostError(
+                    f"lost the lease on run {lease.run_id}; the result of step "
+                    f"{step.name!r} was not recorded and another worker will run it"
+                ))  # fmt: skip

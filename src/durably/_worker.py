@@ -63,6 +63,8 @@ class Worker:
         self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="durably-step")
         self._timers: list[asyncio.TimerHandle] = []
         self._check_task: asyncio.Task[None] | None = None
+        self._changed = False  # SQLite: a commit seen that no check has looked at yet
+        self._seen = float("-inf")  # when the workers table last heard of us (loop time)
         self._background: asyncio.Task[None] | None = None
 
     # --------------------------------------------------------------- lifecycle
@@ -100,9 +102,10 @@ class Worker:
             await self._drain()
         finally:
             watchdog.stop()
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
+            checks = [t for t in (beat, self._check_task) if t is not None]
+            for task in checks:
+                task.cancel()
+            await asyncio.gather(*checks, return_exceptions=True)
             await stop_listening()
             with contextlib.suppress(DatabaseUnavailable):
                 await self.app.store.worker_gone(self.worker_id)
@@ -213,26 +216,25 @@ class Worker:
             self._poke(message.removeprefix("wake:"))
             return
         elif message == "changed" and self.running:
-            # SQLite: some commit happened, maybe our own. Check our runs are still ours;
-            # new work waits for the next batch (a busy worker claims in batches anyway).
+            # SQLite: some commit happened, maybe our own (so at most ten a second): check
+            # our runs are still ours, and look for new work if a slot is free.
+            self._changed = True
             if self._check_task is None or self._check_task.done():
                 self._check_task = asyncio.create_task(self._check_held())
             return
         self._announce()
 
     async def _check_held(self) -> None:
-        held = self._held()
-        with contextlib.suppress(DatabaseUnavailable):
-            still = await self.app.store.check_held(self.worker_id, held)
-            for run_id in held:
-                row = still.get(run_id)
-                if row is None:
-                    self._halt(run_id, Stop("the run was taken over"))
-                elif row["status"] == "canceled":
-                    self._halt(run_id, Stop("canceled", "canceled"))
-                elif row["wake_requested"]:
-                    self._poke(run_id)
-        await asyncio.sleep(0.1)  # at most ten checks a second
+        # Commits seen while a round is under way make one more round: none is dropped.
+        while self._changed:
+            self._changed = False
+            held = self._held()
+            with contextlib.suppress(DatabaseUnavailable):
+                still = await self.app.store.check_held(self.worker_id, held)
+                self._settle(held, still, "the run was taken over")
+            if len(self.running) < self.concurrency:
+                self._announce()
+            await asyncio.sleep(0.1)  # at most ten rounds a second
 
     def _halt(self, run_id: str, stop: Stop) -> None:
         """Stop executing a run: its step bodies are interrupted at once."""
@@ -252,39 +254,76 @@ class Worker:
             return
         sent = asyncio.get_running_loop().time()
         still = await self.app.store.heartbeat(self.worker_id, held, self.lease_s)
-        for run_id in held:
+        for run_id in still:
+            self._lease_until[run_id] = sent + self.lease_s
+        self._settle(held, still, "its lease was lost")
+
+    def _settle(self, held: dict[str, int], still: dict[str, Row], lost: str) -> None:
+        """Act on what the database said of the runs held when it was asked."""
+        for run_id, fence in held.items():
+            entry = self.running.get(run_id)
+            if entry is None or entry[0].lease.fence != fence:
+                continue  # ended, or claimed again, since the question was asked
             row = still.get(run_id)
             if row is None:
-                self._halt(run_id, Stop("its lease was lost"))
-                continue
-            self._lease_until[run_id] = sent + self.lease_s
-            if row["status"] == "canceled":  # in case its NOTIFY was missed
+                self._halt(run_id, Stop(lost))
+            elif row["status"] == "canceled":  # in case its NOTIFY was missed
                 self._halt(run_id, Stop("canceled", "canceled"))
             elif row["wake_requested"]:
                 self._poke(run_id)
 
     async def _heartbeat_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        seen = float("-inf")
-        while True:
-            try:
-                if loop.time() - seen >= self.heartbeat_s:
-                    await self.app.store.worker_seen(
-                        self.worker_id, self._pairs(), self.concurrency
-                    )
-                    seen = loop.time()
-                await self._renew(list(self.running))
-            except DatabaseUnavailable as exc:
-                log.warning("heartbeat failed: %s", exc)
-            now = loop.time()
-            for run_id, until in list(self._lease_until.items()):
-                if until <= now:
-                    self._halt(run_id, Stop("its lease expired before it could be renewed"))
-            await asyncio.sleep(self._next_beat(loop.time()))
+        """Beat every `heartbeat`, and halt each run whose lease ends before it is renewed.
 
-    def _next_beat(self, now: float) -> float:
-        soonest = min(self._lease_until.values(), default=now + self.heartbeat_s)
-        return max(0.01, min(self.heartbeat_s, soonest - now))
+        The local lease deadlines are checked on time whatever the database does: a beat
+        runs as a task of its own that this loop waits for only until the next deadline
+        or beat, and a beat still waiting (a silent network) is not started again. It is
+        not cancelled either: unwinding a statement on a dead connection takes seconds
+        (psycopg asks the server to cancel it), and the connector's own deadline ends it.
+        """
+        loop = asyncio.get_running_loop()
+        beat: asyncio.Task[None] | None = None
+        next_beat, late = loop.time(), False
+        try:
+            while True:
+                now = loop.time()
+                if now >= next_beat:
+                    next_beat = now + self.heartbeat_s
+                    if beat is None or beat.done():
+                        beat, late = asyncio.create_task(self._beat(), name="durably-beat"), False
+                    elif not late:  # said once per beat
+                        late = True
+                        log.warning("heartbeat: the database has not answered for %gs",
+                                    self.heartbeat_s)  # fmt: skip
+                wake = min([next_beat, *self._lease_until.values()])
+                timeout = max(0.005, wake - loop.time())
+                if beat is not None and not beat.done():
+                    await asyncio.wait([beat], timeout=timeout)
+                else:
+                    await asyncio.sleep(timeout)
+                self._expire(loop.time())
+        finally:
+            if beat is not None and not beat.done():
+                beat.cancel()
+                await asyncio.wait([beat], timeout=1.0)
+
+    async def _beat(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await self._renew(list(self.running))  # first: the leases cannot wait
+            if loop.time() - self._seen >= self.heartbeat_s:
+                await self.app.store.worker_seen(self.worker_id, self._pairs(), self.concurrency)
+                self._seen = loop.time()
+        except DatabaseUnavailable as exc:
+            log.warning("heartbeat failed: %s", exc)
+        except Exception:
+            log.exception("heartbeat failed")
+
+    def _expire(self, now: float) -> None:
+        for run_id, until in list(self._lease_until.items()):
+            if until <= now:
+                del self._lease_until[run_id]
+                self._halt(run_id, Stop("its lease expired before it could be renewed"))
 
     # --------------------------------------------------------------- shutdown
 

@@ -1,7 +1,9 @@
 """The seed record's spike, as a durably app: every step body appends to a business
 ledger (its own table, written outside the engine) so tests can see what ran, where and
 how often. Configured by environment: DURABLY_DATABASE_URL, WF_VERSION, WORKER_NAME,
-COPY_SECONDS (how long `copy-file` takes)."""
+COPY_SECONDS (how long `copy-file` takes), LEDGER_URL (where the ledger is written; default
+the engine's database: a worker whose engine connection goes through a faulty network can
+keep a reliable ledger), TICK_SECONDS (how long `ticker` ticks)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from durably import Durably, RetryPolicy, StepContext
 from tests.helpers import scaled
 
 URL = os.environ.get("DURABLY_DATABASE_URL", "sqlite:///durably.db")
+LEDGER_URL = os.environ.get("LEDGER_URL") or URL
 app = Durably(URL)
 VERSION = os.environ.get("WF_VERSION", "v1")
 WORKER = os.environ.get("WORKER_NAME", "?")
@@ -55,11 +58,11 @@ def setup_business_tables(url: str = URL) -> None:
 def ledger(ctx: StepContext, event: str = "run") -> None:
     """Append one line to the business ledger, on a connection of its own."""
     row = (ctx.run_id, ctx.step, WORKER, event, ctx.fence.fence)
-    if URL.startswith("sqlite"):
-        with sqlite3.connect(_sqlite_path(URL), timeout=scaled(30)) as conn:
+    if LEDGER_URL.startswith("sqlite"):
+        with sqlite3.connect(_sqlite_path(LEDGER_URL), timeout=scaled(30)) as conn:
             conn.execute("INSERT INTO biz_ledger VALUES (?, ?, ?, ?, ?, ?)", (*row, time.time()))
     else:
-        with psycopg.connect(URL, autocommit=True) as conn:
+        with psycopg.connect(LEDGER_URL, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO biz.ledger (run_id, step, worker, event, fence)"
                 " VALUES (%s, %s, %s, %s, %s)",
@@ -212,3 +215,23 @@ async def saga(ctx: Any) -> None:
     await ctx.step.run("a", saga_do, "a", compensate=saga_undo)
     await ctx.step.run("b", saga_do, "b", compensate=saga_undo)
     await ctx.step.run("boom", boom, retry=RetryPolicy(max_attempts=1))
+
+
+TICK_S = 0.1
+
+
+def tick(ctx: StepContext) -> None:
+    """A long body: a ledger line every tick, "stopped" if interrupted, "end" if not."""
+    ledger(ctx, "start")
+    deadline = time.monotonic() + float(os.environ.get("TICK_SECONDS", "60"))
+    while time.monotonic() < deadline:
+        if ctx.cancelled.wait(TICK_S):
+            ledger(ctx, "stopped")
+            return
+        ledger(ctx, "tick")
+    ledger(ctx, "end")
+
+
+@app.workflow(name="ticker", version="v1")
+async def ticker(ctx: Any) -> None:
+    await ctx.step.run("ticking", tick)

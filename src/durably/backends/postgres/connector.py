@@ -1,20 +1,38 @@
-"""PostgreSQL through psycopg 3: a pool of autocommit connections and one for LISTEN."""
+"""PostgreSQL through psycopg 3: a pool of autocommit connections, one connection for
+lease renewals (never queued behind the work they keep valid), and one for LISTEN.
+
+What the engine makes of a driver error (`classify`):
+
+    connection lost or refused, server shutting down,    DatabaseUnavailable: the worker
+    too many connections, no answer in time              backs off and carries on
+    deadlock or serialization failure                    retried here a few times (a
+                                                         statement of its own), then
+                                                         DatabaseUnavailable saying so
+    anything else (bad data, a constraint, a bug)        raised as it is
+
+A silent network must not hold the engine forever: connections are opened with a connect
+timeout and TCP keepalives, a pool checkout waits at most `CHECKOUT_S`, and each of the
+engine's own statements at most `STATEMENT_S` (client side: a server-wide statement_timeout
+would also cut the user's long `step.transaction` bodies, which get no deadline here).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, LiteralString
+from typing import Any, LiteralString, NoReturn
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
-from ..._errors import DatabaseUnavailable
+from ..._errors import ConfigurationError, DatabaseUnavailable
 from .. import _queries
 from .._base import Row
 
@@ -30,8 +48,58 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(_json_as_text, conn)
 
 
-def _unavailable(exc: Exception) -> DatabaseUnavailable:
-    return DatabaseUnavailable(f"PostgreSQL is unavailable: {str(exc).strip() or type(exc)}")
+# Connection defaults a URL may override: notice a dead peer in about 20 s, not hours.
+CONNECTION_DEFAULTS = {"connect_timeout": "10", "keepalives": "1", "keepalives_idle": "10",
+                       "keepalives_interval": "3", "keepalives_count": "3"}  # fmt: skip
+CHECKOUT_S = 10.0  # waiting for a pooled connection
+STATEMENT_S = 30.0  # one of the engine's own statements (they take milliseconds)
+CONFLICT_TRIES = 4  # a statement aborted as a deadlock or serialization failure
+
+# SQLSTATEs of a server that cannot serve now: shutting down or starting, out of resources.
+_UNAVAILABLE_STATES = ("57P01", "57P02", "57P03", "53")
+
+
+def with_defaults(url: str) -> str:
+    """`url` with `CONNECTION_DEFAULTS` for whatever it does not set itself."""
+    try:
+        given = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"invalid PostgreSQL URL: {_text(exc)}") from None
+    extra = {k: v for k, v in CONNECTION_DEFAULTS.items() if k not in given}
+    return make_conninfo(url, **extra)
+
+
+def classify(exc: psycopg.Error) -> Exception:
+    """The error the engine sees for a driver error: `DatabaseUnavailable` for what passes
+    by itself, `exc` itself for the rest (see the module docstring)."""
+    state = exc.sqlstate or ""
+    if _conflict(exc):
+        return DatabaseUnavailable(
+            f"PostgreSQL aborted the transaction as a deadlock or serialization failure "
+            f"({state}): {_text(exc)}"
+        )
+    if isinstance(exc, psycopg.OperationalError) and (
+        not state or state.startswith(("08", *_UNAVAILABLE_STATES))
+    ):
+        return DatabaseUnavailable(f"PostgreSQL is unavailable: {_text(exc)}")
+    return exc
+
+
+def _conflict(exc: psycopg.Error) -> bool:
+    """A deadlock or serialization failure: SQLSTATE class 40 (psycopg's classes for them,
+    DeadlockDetected and SerializationFailure, do not derive from TransactionRollback)."""
+    return (exc.sqlstate or "").startswith("40")
+
+
+def _text(exc: BaseException) -> str:
+    return str(exc).strip() or type(exc).__name__
+
+
+def _raise_classified(exc: psycopg.Error) -> NoReturn:
+    translated = classify(exc)
+    if translated is exc:
+        raise exc
+    raise translated from exc
 
 
 class PgTx:
@@ -49,6 +117,17 @@ class PgTx:
         return self._conn
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
+        if self._external:
+            return await self._fetch(query, params)
+        try:
+            async with asyncio.timeout(STATEMENT_S):
+                return await self._fetch(query, params)
+        except TimeoutError as exc:
+            raise DatabaseUnavailable(
+                f"PostgreSQL did not answer within {STATEMENT_S:g} s ({query})"
+            ) from exc
+
+    async def _fetch(self, query: str, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = []
         for statement in self._queries[query]:
             cur = self._conn.cursor(row_factory=dict_row)
@@ -73,10 +152,12 @@ class PostgresConnector:
 
     def __init__(self, url: str, schema: str, pool_size: int = 10) -> None:
         self.url = url
+        self._conninfo = with_defaults(url)
         self.schema = schema
         self.channel = f"durably_{schema}"
         self._pool_size = pool_size
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+        self._lease_pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._queries: dict[str, list[LiteralString]] = {}
         self._lock = asyncio.Lock()
 
@@ -85,21 +166,29 @@ class PostgresConnector:
             if self._pool is not None:
                 return
             try:
-                async with await psycopg.AsyncConnection.connect(self.url) as conn:
+                async with await psycopg.AsyncConnection.connect(self._conninfo) as conn:
                     self._queries = self._render(conn)
             except psycopg.OperationalError as exc:
-                raise _unavailable(exc) from exc
-            pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-                self.url,
-                min_size=1,
-                max_size=self._pool_size,
-                kwargs={"autocommit": True},
-                configure=_configure,
-                open=False,
-                reconnect_timeout=3600,
-            )
-            await pool.open()
-            self._pool = pool
+                raise DatabaseUnavailable(f"PostgreSQL is unavailable: {_text(exc)}") from exc
+            # Lease renewals have a connection of their own: queued behind the step records
+            # of 50 runs for a pooled one, they took over a second on a busy machine, and the
+            # leases they were keeping ran out.
+            self._lease_pool = await self._open_pool(1)
+            self._pool = await self._open_pool(self._pool_size)
+
+    async def _open_pool(self, size: int) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=size,
+            kwargs={"autocommit": True},
+            configure=_configure,
+            open=False,
+            timeout=CHECKOUT_S,
+            reconnect_timeout=3600,
+        )
+        await pool.open()
+        return pool
 
     def _render(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, list[LiteralString]]:
         schema = sql.Identifier(self.schema)
@@ -109,15 +198,16 @@ class PostgresConnector:
         return rendered
 
     async def close(self) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        pools, self._pool, self._lease_pool = (self._pool, self._lease_pool), None, None
+        for pool in pools:
+            if pool is not None:
+                await pool.close()
 
     async def migrate(self) -> list[str]:
         applied: list[str] = []
         try:
             async with (
-                await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn,
+                await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn,
                 conn.transaction(),
             ):
                 await conn.execute(
@@ -148,8 +238,8 @@ class PostgresConnector:
                         (version, name),
                     )
                     applied.append(name)
-        except psycopg.OperationalError as exc:
-            raise _unavailable(exc) from exc
+        except psycopg.Error as exc:
+            _raise_classified(exc)
         return applied
 
     @contextlib.asynccontextmanager
@@ -161,17 +251,34 @@ class PostgresConnector:
         try:
             async with pool.connection() as conn, conn.transaction():
                 yield PgTx(conn, self._queries)
-        except psycopg.OperationalError as exc:
-            raise _unavailable(exc) from exc
+        except psycopg.Error as exc:  # the engine's statements, the commit, or the body's
+            _raise_classified(exc)
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
-        """One named query in a transaction of its own (autocommit: one round trip)."""
+        """One named query in a transaction of its own (autocommit: one round trip).
+
+        A deadlock or serialization failure rolled the statement back whole, so it is run
+        again after a short, jittered pause, up to `CONFLICT_TRIES` times in all.
+        """
         pool = await self._ensure_pool()
-        try:
-            async with pool.connection() as conn:
-                return await PgTx(conn, self._queries).fetch(query, **params)
-        except psycopg.OperationalError as exc:
-            raise _unavailable(exc) from exc
+        if query == "heartbeat" and self._lease_pool is not None:
+            pool = self._lease_pool
+        tries = 1
+        while True:
+            try:
+                async with pool.connection() as conn:
+                    return await PgTx(conn, self._queries).fetch(query, **params)
+            except psycopg.Error as exc:
+                if not _conflict(exc):
+                    _raise_classified(exc)
+                if tries >= CONFLICT_TRIES:
+                    raise DatabaseUnavailable(
+                        f"PostgreSQL aborted {query} {tries} times in a row as a deadlock or "
+                        f"serialization failure ({exc.sqlstate}): {_text(exc)}"
+                    ) from exc
+                log.info("%s: %s; trying again", query, _text(exc))
+                await asyncio.sleep(random.uniform(0.005, 0.02) * 2**tries)
+                tries += 1
 
     async def _ensure_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
         if self._pool is None:
@@ -197,7 +304,9 @@ class PostgresConnector:
         delay = 0.1
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True
+                ) as conn:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     delay = 0.1
                     # A reconnect may have missed notifications: look for work at once.

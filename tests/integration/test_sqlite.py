@@ -1,0 +1,79 @@
+"""SQLite specifics (issue 11): durable commits, read-only opening, and wake-ups between
+processes that share one file."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from durably import DatabaseUnavailable, Durably
+from durably._errors import ConfigurationError
+from durably.backends.sqlite.connector import SqliteConnector
+from tests.helpers import eventually, scaled
+
+
+def _register(app: Durably, hold: Any) -> None:
+    @app.workflow(name="long", version="v1")
+    async def long(ctx: Any) -> None:
+        await ctx.step.run("hold", hold)
+
+    @app.workflow(name="quick", version="v1")
+    async def quick(ctx: Any) -> str:
+        return "quick"
+
+
+async def test_a_busy_worker_notices_work_another_process_commits(sqlite_url: str) -> None:
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        holding.set()
+        await release.wait()
+
+    worker_side = Durably(sqlite_url)
+    other = Durably(sqlite_url)  # its own connection: its commits reach the worker via the file
+    _register(worker_side, hold)
+    _register(other, hold)
+    async with worker_side, other, worker_side.worker(concurrency=4, poll_interval="1h"):
+        await worker_side.start("long")
+        await eventually(holding.is_set, what="the long step to start")
+        handle = await other.start("quick")
+        # Busy with a free slot: the commit is noticed, not the next poll (an hour away).
+        assert await handle.result(timeout=scaled(10)) == "quick"
+        release.set()
+
+
+async def test_engine_commits_are_durable(sqlite_url: str) -> None:
+    async with Durably(sqlite_url) as app:
+        conn = cast(SqliteConnector, app.connector)._conn
+        assert conn is not None
+        assert conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+async def test_read_only_creates_nothing_and_writes_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "dir" / "x.db"
+    with pytest.raises(DatabaseUnavailable, match="for reading"):
+        await Durably(f"sqlite:///{missing}?mode=ro").list_runs()
+    assert not (tmp_path / "no").exists()
+
+    sqlite3.connect(tmp_path / "other.db").close()  # a file, but not durably's
+    with pytest.raises(ConfigurationError, match="no durably tables"):
+        await Durably(f"sqlite:///{tmp_path}/other.db?mode=ro").list_runs()
+
+    app = Durably(f"sqlite:///{tmp_path}/x.db")
+    _register(app, lambda: None)
+    async with app:
+        run_id = (await app.start("quick")).run_id
+    reader = Durably(f"sqlite:///{tmp_path}/x.db?mode=ro")
+    _register(reader, lambda: None)
+    async with reader:
+        assert [r.run_id for r in await reader.list_runs()] == [run_id]
+        assert (await reader.get_run(run_id)).status == "pending"
+        with pytest.raises(DatabaseUnavailable, match="readonly"):
+            await reader.start("quick")
+    with pytest.raises(ConfigurationError, match="the one option is"):
+        Durably(f"sqlite:///{tmp_path}/x.db?mode=rw")
