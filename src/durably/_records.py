@@ -83,3 +83,21 @@ class PendingStep:
         })  # fmt: skip
         # The output is JSON text already: spliced in, not parsed and dumped again.
         return f'{head[:-1]}, "output": {self.output_json or "null"}}}'
+
+
+@dataclass
+class RunEnd:
+    """A run's end, to be written with its step records still in flight (group commit)."""
+
+    lease: Lease
+    status: str
+    output_json: str | None = None
+    error: dict[str, Any] | None = None
+    records: list[PendingStep] | None = None
+
+    def entry(self) -> str:
+        return json.dumps({
+            "run_id": self.lease.run_id, "fence": self.lease.fence, "status": self.status,
+            "output": self.output_json,
+            "error": encode(self.error, "error") if self.error else None,
+        })  # fmt: skip

@@ -21,7 +21,7 @@ from ._errors import (
     RunTerminalError,
 )
 from ._models import Run, StepAttempt
-from ._records import Lease, NewRun, PendingStep
+from ._records import Lease, NewRun, PendingStep, RunEnd
 from .backends import Connector, Row, Tx
 
 
@@ -449,6 +449,25 @@ class Store:
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id}")
 
+    async def finish_many(self, worker_id: str, ends: list[RunEnd]) -> set[str]:
+        """End several runs (none with children) in one statement, each as `finish_run`
+        ends one; the ids of the runs ended. Any other was refused: see `end_refused`."""
+        batch = ",".join(r.batch_entry(end.lease) for end in ends for r in end.records or [])
+        rows = await self.db.fetch(
+            "finish_many", worker_id=worker_id, channel=self.channel, token=uuid.uuid4().hex,
+            ends="[" + ",".join(end.entry() for end in ends) + "]", batch=f"[{batch}]",
+        )  # fmt: skip
+        if rows:
+            self.db.notify_local("run")
+        return {row["id"] for row in rows}
+
+    async def end_refused(self, lease: Lease) -> bool:
+        """A run's end was not written: False if it was canceled meanwhile and is still
+        ours (the caller compensates and ends it canceled); else LeaseLostError."""
+        if await self.db.fetch("check_lease", **lease.params()):
+            return False
+        raise LeaseLostError(f"lost the lease on run {lease.run_id}; its end was not recorded")
+
     async def finish_run(
         self,
         lease: Lease,
@@ -483,9 +502,7 @@ class Store:
                         }, "error"),
                     )  # fmt: skip
         if not rows:
-            if await self.db.fetch("check_lease", **lease.params()):
-                return False
-            raise LeaseLostError(f"lost the lease on run {lease.run_id}; its end was not recorded")
+            return await self.end_refused(lease)
         for row in canceled:
             self.db.notify_local(f"cancel:{row['id']}")
         self.db.notify_local("run")
