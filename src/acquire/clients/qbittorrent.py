@@ -24,9 +24,12 @@ class QbittorrentClient:
     def __init__(self, url: str, username: str, password: str, save_path: str | None) -> None:
         self.url = url
         self.save_path = save_path
+        # A URL with a scheme is taken as written: without FORCE_SCHEME_FROM_HOST the client
+        # probes HTTPS whenever an HTTP probe fails (a daemon still starting, say).
         self._api = qbittorrentapi.Client(
             host=url, username=username, password=password,
             REQUESTS_ARGS={"timeout": (5, 30)}, VERIFY_WEBUI_CERTIFICATE=False,
+            FORCE_SCHEME_FROM_HOST="://" in url,
         )  # fmt: skip
 
     def _info(self, info_hash: str) -> qbittorrentapi.TorrentDictionary | None:
