@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from durably import DurablyError, RunNotFound, RunTerminalError
 
-from . import library, view
+from . import library, naming, view
 from .torrents import BadSource, resolve
 from .workflow import Order, acquire, app
 
@@ -46,48 +46,83 @@ def _check_destination(path: Path) -> None:
         fail(f"the library directory {path} is not writable")
 
 
-def validate_order(source: str, to: Path, order_id: str, client: str, retention: str) -> Order:
+def _release_name(source: str, client: str) -> str | None:
+    if client == "local":
+        return Path(source).name
+    try:
+        return resolve(source).name or None
+    except BadSource as exc:
+        fail(str(exc))
+    return None
+
+
+def _check_naming(order: Order) -> None:
+    """A template that needs a title or year the release name does not give: exit 2 now."""
+    if order.template is None:
+        return
+    used = naming.check_template(order.template) & {"title", "year"}
+    missing = {f for f in used if getattr(order, f) is None}
+    name = _release_name(order.source, order.client) if missing else None
+    if not missing or name is None:
+        return
+    parsed = naming.parse_release(name)
+    still = sorted(f for f in missing if f not in parsed)
+    if still:
+        fail(f"the template needs the {' and '.join(still)}, which the release name "
+             f"{name!r} does not give: pass --{still[0]}")  # fmt: skip
+
+
+def validate_order(source: str, to: Path, order_id: str, client: str, **options: Any) -> Order:
     """The order, or a clear error (exit 2) and nothing started."""
     try:
         order = Order.model_validate(
-            {
-                "id": order_id,
-                "source": source,
-                "client": client,
-                "library": str(to.resolve()),
-                "retention": retention,
-            }
-        )
+            {"id": order_id, "source": source, "client": client, "library": str(to.resolve()),
+             **{k: v for k, v in options.items() if v is not None}}
+        )  # fmt: skip
     except ValidationError as exc:
         err = exc.errors()[0]
-        fail(f"invalid {'.'.join(map(str, err['loc']))}: {err['msg']}")
+        where = ".".join(map(str, err["loc"])).replace("_", "-")
+        fail(f"invalid {where}: {err['msg'].removeprefix('Value error, ')}")
     if client == "local":
-        if not Path(source).is_file():
+        if not Path(source).exists():
             fail(f"the source file {source} does not exist")
         order = order.model_copy(update={"source": str(Path(source).resolve())})
     else:
-        try:
-            resolve(source)
-        except BadSource as exc:
-            fail(str(exc))
+        _release_name(source, client)  # a bad source fails here
     _check_destination(to)
+    _check_naming(order)
     return order
 
 
 @cli.command()
 def add(
-    source: str = typer.Argument(..., help="magnet link, .torrent path or URL, or a file"),
+    source: str = typer.Argument(..., help="magnet link, .torrent path or URL, or a file/folder"),
     to: Path = typer.Option(..., "--to", help="the library directory"),
     order_id: str | None = typer.Option(None, "--id", help="default: a new id"),
     client: str = typer.Option(os.environ.get("ACQUIRE_CLIENT", "qbittorrent"), "--client",
                                help="qbittorrent or local"),
-    retention: str = typer.Option("7 days", "--retention", help="seed this long, then clean"),
+    retention: str = typer.Option("7 days", "--retention",
+                                  help="seed this long, then clean (without a seeding goal)"),
+    link: str = typer.Option("auto", "--link", help="auto (hard link if possible), hardlink, copy"),
+    template: str | None = typer.Option(None, "--template",
+                                        help='e.g. "{title} ({year})/{title} ({year}){ext}"'),
+    title: str | None = typer.Option(None, "--title", help="default: from the release name"),
+    year: int | None = typer.Option(None, "--year", help="default: from the release name"),
+    seed_ratio: float | None = typer.Option(None, "--seed-ratio", help="clean up at this ratio"),
+    seed_time: str | None = typer.Option(None, "--seed-time",
+                                         help="clean up after seeding this long"),
+    stall: str | None = typer.Option(None, "--stall", help="fail after no progress this long"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:  # fmt: skip
     """Start acquiring SOURCE into the library directory."""
     if client not in ("qbittorrent", "local"):
         fail("--client must be qbittorrent or local")
-    order = validate_order(source, to, order_id or uuid.uuid4().hex[:12], client, retention)
+    if link not in ("auto", "hardlink", "copy"):
+        fail("--link must be auto, hardlink or copy")
+    order = validate_order(source, to, order_id or uuid.uuid4().hex[:12], client,
+                           retention=retention, link=link, template=template, title=title,
+                           year=year, seed_ratio=seed_ratio, seed_time=seed_time,
+                           stall=stall)  # fmt: skip
     library.ensure_tables(app.url)
 
     async def go() -> Any:
