@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 
-from durably import DurablyError, RunNotFound, RunTerminalError
+from durably import DurablyError, RunNotFound, RunTerminalError, parse_duration
 
 from . import library, naming, view
 from .torrents import BadSource, resolve
@@ -36,6 +37,8 @@ def _run(coro: Any) -> Any:
         fail(str(exc), 2 if isinstance(exc, RunNotFound) else 1)
     except DurablyError as exc:
         fail(str(exc), 1)
+    except KeyboardInterrupt:  # Ctrl-C ends `status --watch` (or a worker) quietly
+        raise typer.Exit(130) from None
 
 
 def _check_destination(path: Path) -> None:
@@ -136,27 +139,79 @@ def add(
         typer.echo(f"order {order.id}: run {handle.run_id} started")
 
 
+def _live(run: Any, steps: list[Any]) -> dict[str, Any] | None:
+    """The client's view of a download in progress (None when it cannot be had)."""
+    sub = view.submitted(steps)
+    if sub is None or view.state_of(run, steps) != "downloading":
+        return None
+    from .clients import client_for
+
+    try:
+        st = client_for(sub["client"]).status(sub["hash"], (run.input or {}).get("source"))
+    except Exception:  # a display only: a client that is away shows as no live data
+        return None
+    return {"progress": st.progress, "speed": st.speed, "eta": st.eta} if st.exists else None
+
+
+async def _orders(order_id: str | None) -> list[tuple[Any, list[Any], dict[str, Any]]]:
+    async with app:
+        runs = await app.list_runs(workflow="acquire", limit=1000)
+        if order_id is not None:
+            runs = [r for r in runs if (r.input or {}).get("id") == order_id]
+            if not runs:
+                raise RunNotFound(f"no order with id {order_id!r}")
+        found = []
+        for r in runs:
+            steps = await app.list_steps(r.run_id)
+            live = await asyncio.to_thread(_live, r, steps)
+            found.append((r, steps, view.order_doc(r, steps, live)))
+        return found
+
+
 @cli.command()
 def status(
     order_id: str | None = typer.Argument(None, help="one order; default: all"),
+    watch: bool = typer.Option(False, "--watch", help="refresh in place until Ctrl-C"),
+    every: str = typer.Option("2s", "--every", help="refresh interval with --watch"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Show orders: the run's status, steps and download progress."""
-
-    async def go() -> Any:
-        async with app:
-            runs = await app.list_runs(workflow="acquire", limit=1000)
-            if order_id is not None:
-                runs = [r for r in runs if (r.input or {}).get("id") == order_id]
-                if not runs:
-                    raise RunNotFound(f"no order with id {order_id!r}")
-            return [(r, await app.list_steps(r.run_id)) for r in runs]
-
-    found = _run(go())
+    """List orders: state, progress, speed and ETA (one line each); `--watch` refreshes."""
+    if watch:
+        if json_out:
+            fail("--watch and --json do not go together")
+        try:
+            seconds = parse_duration(every).total_seconds()
+        except DurablyError as exc:
+            fail(f"invalid --every: {exc}")
+        _run(_watch(order_id, seconds))
+        return
+    found = _run(_orders(order_id))
+    docs = [doc for _, _, doc in found]
     if json_out:
-        typer.echo(json.dumps([view.order_doc(r, s) for r, s in found], default=str))
+        typer.echo(json.dumps(docs, default=str))
     else:
-        view.print_orders(found, detail=order_id is not None)
+        view.print_orders([(r, s) for r, s, _ in found], docs, detail=order_id is not None)
+
+
+async def _watch(order_id: str | None, seconds: float) -> None:
+    """Redraw the orders table every `seconds` (in place on a terminal) until stopped."""
+    from rich.live import Live
+
+    console = view.console
+    if not console.is_terminal:  # a pipe or a log: one table after another
+        while True:
+            docs = [doc for _, _, doc in await _orders(order_id)]
+            console.print(view.orders_table(docs))
+            sys.stdout.flush()
+            await asyncio.sleep(seconds)
+    with Live(console=console, auto_refresh=False) as live:
+        try:
+            while True:
+                docs = [doc for _, _, doc in await _orders(order_id)]
+                live.update(view.orders_table(docs), refresh=True)
+                await asyncio.sleep(seconds)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            return
 
 
 @cli.command()
