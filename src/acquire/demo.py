@@ -72,7 +72,7 @@ async def run_demo(size_mb: int, workdir: Path | None) -> None:
     rows = [e for e in library.entries(app.url) if e["order_id"] == order.id]
     console.print(
         f"\nrun {run.status}: {len(out.get('files', []))} files imported as "
-        f"{MODES.get(out.get('mode'), '?')}, {len(rows)} library row; the library now holds:"
+        f"{MODES.get(str(out.get('mode')), '?')}, {len(rows)} library row; the library now holds:"
     )
     for line in _tree(Path(order.library)):
         console.print(line)
