@@ -38,13 +38,16 @@ def check_template(template: str) -> set[str]:
     """
     try:
         used = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-        template.format(**SAMPLE)
-    except (ValueError, KeyError, IndexError, AttributeError) as exc:
+    except ValueError as exc:
         raise BadTemplate(f"bad template {template!r}: {exc}") from None
     unknown = used - FIELDS
     if unknown:
         raise BadTemplate(f"unknown template field {{{sorted(unknown)[0]}}}; "
                           f"use {', '.join('{' + f + '}' for f in sorted(FIELDS))}")  # fmt: skip
+    try:
+        template.format(**SAMPLE)
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+        raise BadTemplate(f"bad template {template!r}: {exc}") from None
     if not template.endswith("{ext}"):
         raise BadTemplate("the template must end with {ext} (the file's extension)")
     rel = PurePosixPath(template)
