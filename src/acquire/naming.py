@@ -84,7 +84,10 @@ def _render(template: str, fields: dict[str, Any], used: set[str], what: str) ->
         raise MissingField(f"cannot tell the {', '.join(missing)} of {what!r}; "
                            f"pass --{missing[0] if missing[0] in ('title', 'year') else 'title'}"
                            " or change --template")  # fmt: skip
-    rendered = template.format(**fields)
+    # A value never makes a folder: only the template's own slashes do.
+    safe = {k: v.replace("/", "-").replace("\\", "-") if isinstance(v, str) else v
+            for k, v in fields.items()}  # fmt: skip
+    rendered = template.format(**safe)
     return Path(*[_clean(p) for p in PurePosixPath(rendered).parts])
 
 
