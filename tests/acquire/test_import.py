@@ -17,7 +17,7 @@ import pytest
 from acquire import files, library
 from durably import Durably, Run
 from tests.acquire.conftest import Acquire
-from tests.helpers import duration, eventually_sync
+from tests.helpers import duration, eventually_sync, scaled
 
 RELEASE = "Film.Name.2001.1080p.BluRay.x264-GRP"
 TEMPLATE = "{title} ({year})/{title} ({year}){ext}"
@@ -153,6 +153,7 @@ def _checks(url: str) -> int:
     return max((int(r.output["watch"]["checks"]) for r in done), default=0)
 
 
+@pytest.mark.timeout(scaled(400))  # 1200 durable checks: minutes on a loaded machine
 def test_a_wait_far_past_the_step_attempt_limit(acq: Acquire) -> None:
     # 30 days checked every 15 minutes are 2880 checks; checked step by step (a wait and a
     # check each) that is 5760 step attempts, far past a run's limit of 1000. Here 1200
@@ -164,7 +165,7 @@ def test_a_wait_far_past_the_step_attempt_limit(acq: Acquire) -> None:
                            "ACQUIRE_CHECKS_PER_WATCH": "100"}  # fmt: skip
     acq.worker("A", "--concurrency", "2", **env)
     run_id = add(acq, src, "w1", "--template", TEMPLATE)
-    eventually_sync(lambda: _checks(acq.url) >= 1200, timeout=240, what="1200 checks")
+    eventually_sync(lambda: _checks(acq.url) >= 1200, timeout=360, what="1200 checks")
     assert status(acq, "w1") in ("running", "waiting", "pending")
     part.unlink()
     eventually_sync(lambda: status(acq, "w1") == "completed", timeout=60, what="the order")
