@@ -87,7 +87,11 @@ class PendingStep:
 
 @dataclass
 class RunEnd:
-    """A run's end, to be written with its step records still in flight (group commit)."""
+    """A run's end, to be written with its step records still in flight (group commit).
+
+    Its JSON is made at once: a value that cannot be stored fails this run's end alone,
+    never the batch it would have joined.
+    """
 
     lease: Lease
     status: str
@@ -95,8 +99,8 @@ class RunEnd:
     error: dict[str, Any] | None = None
     records: list[PendingStep] | None = None
 
-    def entry(self) -> str:
-        return json.dumps({
+    def __post_init__(self) -> None:
+        self.entry = json.dumps({
             "run_id": self.lease.run_id, "fence": self.lease.fence, "status": self.status,
             "output": self.output_json,
             "error": encode(self.error, "error") if self.error else None,

@@ -458,7 +458,7 @@ class Store:
         batch = ",".join(r.batch_entry(end.lease) for end in ends for r in end.records or [])
         rows = await self.db.fetch(
             "finish_many", worker_id=worker_id, channel=self.channel, token=uuid.uuid4().hex,
-            ends="[" + ",".join(end.entry() for end in ends) + "]", batch=f"[{batch}]",
+            ends="[" + ",".join(end.entry for end in ends) + "]", batch=f"[{batch}]",
         )  # fmt: skip
         if rows:
             self.db.notify_local("run")

@@ -248,6 +248,7 @@ WITH v AS (
         v.fence, :worker_id, v.output, v.error, now() - v.elapsed_s * interval '1 second',
         now(), v.workflow_attempt, v.seq, to_timestamp(v.wake_s)
     FROM v JOIN done ON done.id = v.run_id
+    ORDER BY v.run_id, v.position, v.attempt
     ON CONFLICT (run_id, position, attempt) DO UPDATE SET
         status = excluded.status, final = excluded.final, compensable = excluded.compensable,
         output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
@@ -281,7 +282,8 @@ FROM done;
 -- JSON text, stored as `finish_run` stores its parameters), `:batch` their step
 -- records not yet durable. Each run is ended as `finish_run` ends one; the ids returned
 -- are the runs ended. A parent ending in the same batch is not woken (two updates of one
--- row in one statement would leave only one of them). Run rows are locked in id order.
+-- row in one statement would leave only one of them). Run rows, parents included, are
+-- locked in id order, as the heartbeat locks them.
 WITH e AS (
     SELECT * FROM jsonb_to_recordset(CAST(:ends AS jsonb)) AS e(run_id text, fence bigint,
         status text, output text, error text)
@@ -291,20 +293,28 @@ WITH e AS (
         output jsonb, error jsonb, compensable boolean, elapsed_s float8,
         workflow_attempt integer, seq integer, wake_s float8)
 ), locked AS (
-    SELECT r.id FROM {schema}.runs r JOIN e ON e.run_id = r.id AND e.fence = r.fence
-    WHERE r.worker_id = :worker_id AND r.lease_expires_at > now()
-      AND (r.status = 'running' OR r.compensating)
-      AND (r.status <> 'canceled' OR e.status = 'canceled')
+    -- The runs and their parents, all locked in id order before any is updated.
+    SELECT r.id, r.fence, r.status, r.worker_id, r.lease_expires_at, r.compensating
+    FROM {schema}.runs r
+    WHERE r.id IN (SELECT run_id FROM e)
+       OR r.id IN (SELECT c.parent_run_id FROM {schema}.runs c
+                   WHERE c.id IN (SELECT run_id FROM e) AND c.parent_run_id IS NOT NULL)
     ORDER BY r.id
-    FOR NO KEY UPDATE OF r
+    FOR NO KEY UPDATE
+), mine AS (
+    SELECT l.id, l.fence FROM locked l JOIN e ON e.run_id = l.id AND e.fence = l.fence
+    WHERE l.worker_id = :worker_id AND l.lease_expires_at > now()
+      AND (l.status = 'running' OR l.compensating)
+      AND (l.status <> 'canceled' OR e.status = 'canceled')
 ), done AS (
     UPDATE {schema}.runs r SET
         status = e.status, output = CAST(e.output AS jsonb),
         error = COALESCE(CAST(e.error AS jsonb), r.error),
         available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = false,
         finished_at = COALESCE(r.finished_at, now()), updated_at = now()
-    FROM e WHERE r.id = e.run_id AND r.id IN (SELECT id FROM locked)
-    RETURNING r.id, r.parent_run_id
+    FROM e JOIN mine ON mine.id = e.run_id AND mine.fence = e.fence
+    WHERE r.id = e.run_id
+    RETURNING r.id, r.fence, r.parent_run_id
 ), records AS (
     INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
         compensable, fence, worker_id, output, error, started_at, finished_at,
@@ -312,7 +322,8 @@ WITH e AS (
     SELECT v.run_id, v.position, v.attempt, v.step, v.kind, v.status, v.final, v.compensable,
         v.fence, :worker_id, v.output, v.error, now() - v.elapsed_s * interval '1 second',
         now(), v.workflow_attempt, v.seq, to_timestamp(v.wake_s)
-    FROM v JOIN done ON done.id = v.run_id
+    FROM v JOIN done ON done.id = v.run_id AND done.fence = v.fence
+    ORDER BY v.run_id, v.position, v.attempt  -- as record_many inserts: no deadlock between them
     ON CONFLICT (run_id, position, attempt) DO UPDATE SET
         status = excluded.status, final = excluded.final, compensable = excluded.compensable,
         output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
@@ -526,6 +537,7 @@ SELECT v.run_id, v.position, v.attempt, v.step, v.kind, v.status, v.final, v.com
     v.fence, :worker_id, v.output, v.error, now() - v.elapsed_s * interval '1 second', now(),
     v.workflow_attempt, v.seq, to_timestamp(v.wake_s)
 FROM v JOIN lease ON lease.id = v.run_id AND lease.fence = v.fence
+ORDER BY v.run_id, v.position, v.attempt  -- one order for every batch insert: no deadlock
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, final = excluded.final, compensable = excluded.compensable,
     output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,

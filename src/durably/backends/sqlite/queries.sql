@@ -241,8 +241,8 @@ SELECT v.value ->> 'run_id', v.value ->> 'position', v.value ->> 'attempt', v.va
     now() - (v.value ->> 'elapsed_s'), now(), v.value ->> 'workflow_attempt',
     v.value ->> 'seq', v.value ->> 'wake_s'
 FROM json_each(:batch) v
-WHERE EXISTS (SELECT 1 FROM {schema}_runs
-              WHERE claim_token = :token AND id = v.value ->> 'run_id')
+WHERE EXISTS (SELECT 1 FROM {schema}_runs WHERE claim_token = :token
+              AND id = v.value ->> 'run_id' AND fence = v.value ->> 'fence')
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, final = excluded.final, compensable = excluded.compensable,
     output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
@@ -264,6 +264,7 @@ UPDATE {schema}_runs SET
     finished_at = coalesce(finished_at, now()), updated_at = now(), claim_token = NULL
 FROM json_each(:ends) e
 WHERE claim_token = :token AND e.value ->> 'run_id' = {schema}_runs.id
+  AND e.value ->> 'fence' = {schema}_runs.fence
 RETURNING id, 0 AS notified;
 
 -- name: live_children
