@@ -27,6 +27,7 @@ from durably import (
     NonRetryableError,
     RetryPolicy,
     StepContext,
+    WorkflowContext,
     parse_duration,
 )
 
@@ -116,7 +117,7 @@ POLL_FIRST = os.environ.get("ACQUIRE_POLL", "5s")
 POLL_MAX = parse_duration(os.environ.get("ACQUIRE_POLL_MAX", "15m"))
 
 
-async def wait_download(ctx: Any, order: Order, sub: dict[str, Any]) -> dict[str, Any]:
+async def wait_download(ctx: WorkflowContext, order: Order, sub: dict[str, Any]) -> dict[str, Any]:
     """Wait for the finish hook's signal, checking the client on a growing interval."""
     interval = parse_duration(POLL_FIRST)
     while True:
@@ -131,7 +132,7 @@ async def wait_download(ctx: Any, order: Order, sub: dict[str, Any]) -> dict[str
 
 
 @app.workflow(name="acquire", version="v1", retry=RetryPolicy(max_attempts=1))
-async def acquire(ctx: Any, order: Order) -> dict[str, Any]:
+async def acquire(ctx: WorkflowContext, order: Order) -> dict[str, Any]:
     sub = await ctx.step.run("submit-download", submit, order, compensate=undo_submit)
     done = await wait_download(ctx, order, sub)
     content = done["content_path"] or order.source
