@@ -156,7 +156,7 @@ def _return_type(fn: Callable[..., Any]) -> Any:
     there is none or pydantic cannot validate it (e.g. `typing.TypedDict` before
     Python 3.12, whose values are plain dicts anyway)."""
     try:
-        ret = typing.get_type_hints(fn).get("return", Any)
+        ret: Any = typing.get_type_hints(fn).get("return", Any)
         ret = type(None) if ret is None else ret
         adapter(ret)
     except Exception:
