@@ -202,6 +202,10 @@ class RunHandle(Generic[Out]):
         Raises:
             WorkflowTimeoutError: `timeout` passed first.
         """
+        with self.app.clock.awaiting_result():
+            return await self._wait(timeout)
+
+    async def _wait(self, timeout: Duration | None) -> Run:
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
         loop = asyncio.get_running_loop()
         until = loop.time() + limit if limit is not None else None
