@@ -70,10 +70,10 @@ async def install_pg_clock(url: str, schema: str) -> None:
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {}.skew (one boolean PRIMARY KEY CHECK (one),"
             " seconds float8 NOT NULL)"
-        ).format(name),  # fmt: skip
+        ).format(name),
         sql.SQL(
             "INSERT INTO {}.skew VALUES (true, 0) ON CONFLICT (one) DO UPDATE SET seconds = 0"
-        ).format(name),  # fmt: skip
+        ).format(name),
         sql.SQL(
             "CREATE OR REPLACE FUNCTION {0}.now() RETURNS timestamptz LANGUAGE sql STABLE AS"
             " $$ SELECT pg_catalog.now() + (SELECT seconds FROM {0}.skew) * interval '1 second' $$"
