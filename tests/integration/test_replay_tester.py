@@ -56,9 +56,9 @@ async def test_replay_accepts_the_same_code_and_refuses_changes(db_url: str) -> 
     with pytest.raises(NonDeterminismError, match=r"position 2: history has function step 'b'"
                        r".* calls function step 'b2'"):  # fmt: skip
         replay(build("rename"), history)
-    with pytest.raises(NonDeterminismError, match="position 2.*'b'.*function step 'c'"):
+    with pytest.raises(NonDeterminismError, match=r"position 2.*'b'.*function step 'c'"):
         replay(build("drop"), history)
-    with pytest.raises(NonDeterminismError, match="end of the run's history.*'d'"):
+    with pytest.raises(NonDeterminismError, match=r"end of the run's history.*'d'"):
         replay(build("extra"), history)
 
 
