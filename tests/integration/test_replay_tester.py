@@ -43,7 +43,9 @@ async def export(db_url: str) -> dict[str, Any]:
         handle = await app.get_workflow("order").start(5)
         assert await handle.result(timeout="20s") == {"total": 32}
         run, steps = await app.get_run(handle.run_id), await app.list_steps(handle.run_id)
-    doc: dict[str, Any] = json.loads(json.dumps({"run": run.to_dict(), "steps": [s.to_dict() for s in steps]}))
+    doc: dict[str, Any] = json.loads(
+        json.dumps({"run": run.to_dict(), "steps": [s.to_dict() for s in steps]})
+    )
     return doc
 
 
