@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -198,6 +200,8 @@ def demo(
 
 def main() -> None:
     """Entry point of the `acquire` script."""
+    if importlib.util.find_spec("qbittorrentapi") is None:
+        sys.exit('acquire is installed with its extra: pip install "durably[acquire]"')
     cli()
 
 
