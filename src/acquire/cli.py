@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import os
@@ -288,6 +289,8 @@ def demo(
 
 def main() -> None:
     """Entry point of the `acquire` script."""
+    if importlib.util.find_spec("qbittorrentapi") is None:
+        sys.exit('acquire is installed with its extra: pip install "durably[acquire]"')
     cli()
 
 

@@ -126,7 +126,7 @@ async def acquire_watch(ctx: WorkflowContext, w: Watch) -> dict[str, Any]:
     return await watch.watch_body(ctx, w)
 
 
-async def wait_download(ctx: Any, order: Order, sub: dict[str, Any]) -> dict[str, Any]:
+async def wait_download(ctx: WorkflowContext, order: Order, sub: dict[str, Any]) -> dict[str, Any]:
     """Watch the download, child after child, until it is done or stalled."""
     w = _watch(order, sub)
     while True:
@@ -142,7 +142,7 @@ async def wait_download(ctx: Any, order: Order, sub: dict[str, Any]) -> dict[str
         w = Watch.model_validate(result["watch"])
 
 
-async def seed(ctx: Any, order: Order, sub: dict[str, Any]) -> None:
+async def seed(ctx: WorkflowContext, order: Order, sub: dict[str, Any]) -> None:
     """Keep seeding until the ratio or the time goal is reached, whichever comes first."""
     seed_time = parse_duration(order.seed_time).total_seconds() if order.seed_time else None
     w = _watch(order, sub, kind="seed", seed_ratio=order.seed_ratio, seed_time=seed_time)
@@ -154,7 +154,7 @@ async def seed(ctx: Any, order: Order, sub: dict[str, Any]) -> None:
 
 
 @app.workflow(name="acquire", version="v1", retry=RetryPolicy(max_attempts=1))
-async def acquire(ctx: Any, order: Order) -> dict[str, Any]:
+async def acquire(ctx: WorkflowContext, order: Order) -> dict[str, Any]:
     sub = await ctx.step.run("submit-download", submit, order, compensate=undo_submit)
     done = await wait_download(ctx, order, sub)
     content = done["content_path"] or order.source

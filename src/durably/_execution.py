@@ -64,7 +64,7 @@ class Execution(RunLog, LiveWaits):
     def __init__(
         self,
         store: Store,
-        workflow: Workflow,
+        workflow: Workflow[Any, Any],
         row: Row,
         worker_id: str,
         clock: Clock,
