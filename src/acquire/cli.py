@@ -289,7 +289,7 @@ def demo(
 
 def main() -> None:
     """Entry point of the `acquire` script."""
-    if importlib.util.find_spec("qbittorrentapi") is None:
+    if any(importlib.util.find_spec(m) is None for m in ("qbittorrentapi", "guessit")):
         sys.exit('acquire is installed with its extra: pip install "durably[acquire]"')
     cli()
 
