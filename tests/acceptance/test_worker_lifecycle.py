@@ -61,7 +61,7 @@ def test_acquire_demo_runs_on_a_fresh_directory(tmp_path: Path) -> None:
                            "--workdir", str(tmp_path / "work")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=scaled(120))  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "identical to the source" in done.stdout and "1 library row" in done.stdout
+    assert "imported as hard links" in done.stdout and "1 library row" in done.stdout
     assert (tmp_path / "durably.db").exists()  # the embedded SQLite default
     runs = Durably(f"sqlite:///{tmp_path}/durably.db").sync.list_runs()
     assert [r.status for r in runs] == ["completed"]
