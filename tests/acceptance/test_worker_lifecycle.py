@@ -64,4 +64,7 @@ def test_acquire_demo_runs_on_a_fresh_directory(tmp_path: Path) -> None:
     assert "imported as hard links" in done.stdout and "1 library row" in done.stdout
     assert (tmp_path / "durably.db").exists()  # the embedded SQLite default
     runs = Durably(f"sqlite:///{tmp_path}/durably.db").sync.list_runs()
-    assert [r.status for r in runs] == ["completed"]
+    assert {r.workflow: r.status for r in runs} == {
+        "acquire": "completed",
+        "acquire-watch": "completed",
+    }
