@@ -16,13 +16,16 @@ import signal
 import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
 from ._execution import Execution
+from ._queues import QueueClaims
 from ._recorder import StepRecorder
 from ._runlog import Stop
+from ._schedules import Scheduler
 from ._watchdog import LoopWatchdog
 from .backends import Row
 
@@ -66,6 +69,8 @@ class Worker:
         self._changed = False  # SQLite: a commit seen that no check has looked at yet
         self._seen = float("-inf")  # when the workers table last heard of us (loop time)
         self._background: asyncio.Task[None] | None = None
+        self._queues = QueueClaims(app.store)
+        self._turn = 0  # which source (unqueued runs, or a queue) claims first
 
     # --------------------------------------------------------------- lifecycle
 
@@ -94,6 +99,11 @@ class Worker:
         await self._open_with_backoff()
         stop_listening = await self.app.connector.listen(self._on_message)
         beat = asyncio.create_task(self._heartbeat_loop(), name="durably-heartbeat")
+        scheduled = [wf for wf in self.app.workflows.values() if wf.schedule is not None]
+        scheduler = None
+        if scheduled and not self._stopping.is_set():
+            scheduler = asyncio.create_task(Scheduler(self.app, scheduled).run(),
+                                            name="durably-schedules")  # fmt: skip
         watchdog = LoopWatchdog(loop, threshold=max(1.0, min(5.0, self.heartbeat_s)))
         watchdog.start()
         log.info("worker %s started (%d slots)", self.worker_id, self.concurrency)
@@ -102,7 +112,7 @@ class Worker:
             await self._drain()
         finally:
             watchdog.stop()
-            checks = [t for t in (beat, self._check_task) if t is not None]
+            checks = [t for t in (beat, self._check_task, scheduler) if t is not None]
             for task in checks:
                 task.cancel()
             await asyncio.gather(*checks, return_exceptions=True)
@@ -119,6 +129,8 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 await self.app.open()
+                queues = {wf.queue for wf in self.app.workflows.values() if wf.queue}
+                await self._queues.declare(sorted(queues, key=lambda q: q.name))
                 return
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, delay)
@@ -134,6 +146,44 @@ class Worker:
     def _pairs(self) -> list[tuple[str, str]]:
         return list(self.app.workflows)
 
+    def _queued(self) -> dict[str, list[tuple[str, str]]]:
+        """The (workflow, version) pairs served, by queue."""
+        out: dict[str, list[tuple[str, str]]] = {}
+        for pair, wf in self.app.workflows.items():
+            if wf.queue is not None:
+                out.setdefault(wf.queue.name, []).append(pair)
+        return out
+
+    async def _claim(self, free: int) -> list[Row]:
+        """Claim up to `free` runs: unqueued ones in one statement, then each queue's in
+        a transaction of its own; who goes first turns, so none starves the others."""
+        queued = self._queued()
+        if not queued:
+            return await self.app.store.claim(self.worker_id, self._pairs(), free, self.lease_s)
+        sources: list[str | None] = [None, *sorted(queued)]
+        self._turn = (self._turn + 1) % len(sources)
+        rows: list[Row] = []
+        for source in sources[self._turn :] + sources[: self._turn]:
+            want = free - len(rows)
+            if want <= 0:
+                break
+            if source is None:
+                rows += await self.app.store.claim(self.worker_id, self._pairs(), want,
+                                                   self.lease_s)  # fmt: skip
+            else:
+                rows += await self._queues.claim(source, self.worker_id, queued[source], want,
+                                                 self.lease_s)  # fmt: skip
+        return rows
+
+    async def _next_due(self) -> tuple[datetime | None, datetime]:
+        """When a run may next be claimable (None: nothing known; the poll decides)."""
+        next_at, db_now = await self.app.store.next_due(self._pairs())
+        for queue, pairs in self._queued().items():
+            at, _ = await self._queues.next_at(queue, pairs)
+            if at is not None and (next_at is None or at < next_at):
+                next_at = at
+        return next_at, db_now
+
     async def _claim_loop(self) -> None:
         backoff = 0.1
         # While busy, a finished run alone does not trigger a claim: slots are gathered
@@ -148,16 +198,14 @@ class Worker:
             try:
                 if free > 0 and (self._hint or free >= batch or not self.running):
                     self._hint = False
-                    rows = await self.app.store.claim(
-                        self.worker_id, self._pairs(), free, self.lease_s
-                    )
+                    rows = await self._claim(free)
                     for row in rows:
                         self._execute(row)
                     if len(rows) == free:
                         self._hint = True  # there may be more
                         continue
                     if not rows and not self.running:
-                        next_at, db_now = await self.app.store.next_due(self._pairs())
+                        next_at, db_now = await self._next_due()
                         if next_at is not None:
                             delay = (next_at - db_now).total_seconds()
                             timeout = min(timeout, max(delay, 0.001))

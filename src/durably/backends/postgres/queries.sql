@@ -533,8 +533,8 @@ WITH q AS (
             WHERE s.queue = :queue AND s.started_at IS NOT NULL
               AND s.started_at > now() - q.rate_period_s * interval '1 second'), :limit) AS firsts
     FROM q
-), cand AS (
-    SELECT c.*, true AS takes
+), takers AS (
+    SELECT c.*
     FROM room, unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
         AS p(workflow, version)
     CROSS JOIN LATERAL (
@@ -550,16 +550,20 @@ WITH q AS (
         LIMIT :scan
         FOR UPDATE OF r SKIP LOCKED
     ) c
-    UNION ALL
+), holders AS (
     -- Runs that already hold their slot: a lease that expired, a canceled run's
     -- compensations. A full queue must still let them be taken over.
-    (SELECT r.id, r.priority, r.available_at, r.concurrency_key, false, false
-     FROM {schema}.runs r
-     WHERE r.queue = :queue AND r.status IN ('running', 'canceled') AND r.available_at <= now()
-       AND (r.workflow, r.version) IN (SELECT * FROM unnest(CAST(:workflows AS text[]),
-                                                           CAST(:versions AS text[])))
-     LIMIT :scan
-     FOR UPDATE OF r SKIP LOCKED)
+    SELECT r.id, r.priority, r.available_at, r.concurrency_key
+    FROM {schema}.runs r
+    WHERE r.queue = :queue AND r.status IN ('running', 'canceled') AND r.available_at <= now()
+      AND (r.workflow, r.version) IN (SELECT * FROM unnest(CAST(:workflows AS text[]),
+                                                          CAST(:versions AS text[])))
+    LIMIT :scan
+    FOR UPDATE OF r SKIP LOCKED
+), cand AS (
+    SELECT takers.*, true AS takes FROM takers
+    UNION ALL
+    SELECT holders.*, false, false FROM holders
 ), keyed AS (
     SELECT cand.*, row_number() OVER (PARTITION BY concurrency_key, takes
         ORDER BY priority DESC, available_at, id) AS key_rank
@@ -615,7 +619,7 @@ SELECT LEAST(
         SELECT min(r.available_at) AS next_at FROM {schema}.runs r
         WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue IS NOT NULL
           AND r.queue = :queue AND r.available_at > now()) n),
-    (SELECT min(s.started_at) + q.rate_period_s * interval '1 second'
+    (SELECT min(s.started_at + q.rate_period_s * interval '1 second')
      FROM {schema}.queues q JOIN {schema}.runs s ON s.queue = q.name
      WHERE q.name = :queue AND q.rate_limit IS NOT NULL AND s.started_at IS NOT NULL
        AND s.started_at > now() - q.rate_period_s * interval '1 second')

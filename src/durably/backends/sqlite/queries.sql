@@ -510,7 +510,7 @@ SELECT (SELECT min(t) FROM (
     WHERE r.workflow = w.value AND r.version = v.value AND r.queue IS NOT NULL
       AND r.queue = :queue AND r.available_at > now()
     UNION ALL
-    SELECT min(s.started_at) + q.rate_period_s
+    SELECT min(s.started_at + q.rate_period_s)
     FROM {schema}_queues q JOIN {schema}_runs s ON s.queue = q.name
     WHERE q.name = :queue AND q.rate_limit IS NOT NULL AND s.started_at IS NOT NULL
       AND s.started_at > now() - q.rate_period_s)) AS next_at, now() AS db_now;
