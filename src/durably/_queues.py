@@ -20,6 +20,7 @@ from ._durations import parse_duration
 from ._errors import ConfigurationError, InvalidInput
 
 if TYPE_CHECKING:
+    from ._app import Durably
     from ._store import Store
     from .backends import Row
 
@@ -154,3 +155,85 @@ class QueueClaims:
     async def counts(self) -> list[Row]:
         """Each declared queue with its limits and `running` and `waiting` counts."""
         return await self.db.fetch("queue_counts")
+
+
+class Claimer:
+    """What a worker claims: unqueued runs in one statement (one round trip), then each
+    queue's in a transaction of its own; who goes first turns, so none starves another.
+
+    A queue that gave fewer runs than asked is `saturated` (full, or nothing due): when a
+    run of it ends here, the worker claims again at once rather than waiting for a batch
+    of free slots, and a queue held back by its rate says when its window reopens.
+    """
+
+    def __init__(self, app: Durably, worker_id: str, lease_s: float) -> None:
+        self.app = app
+        self.worker_id = worker_id
+        self.lease_s = lease_s
+        self.queues = QueueClaims(app.store)
+        self._turn = 0
+        self._saturated: set[str] = set()
+        self._run_queue: dict[str, str] = {}
+        self.retry_in: float | None = None  # seconds until a rate window reopens
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        return list(self.app.workflows)
+
+    def _queued(self) -> dict[str, list[tuple[str, str]]]:
+        out: dict[str, list[tuple[str, str]]] = {}
+        for pair, wf in self.app.workflows.items():
+            if wf.queue is not None:
+                out.setdefault(wf.queue.name, []).append(pair)
+        return out
+
+    async def claim(self, free: int) -> list[Row]:
+        """Claim up to `free` runs."""
+        queued = self._queued()
+        self.retry_in = None
+        if not queued:
+            return await self.app.store.claim(self.worker_id, self._pairs(), free, self.lease_s)
+        sources: list[str | None] = [None, *sorted(queued)]
+        self._turn = (self._turn + 1) % len(sources)
+        rows: list[Row] = []
+        for source in sources[self._turn :] + sources[: self._turn]:
+            want = free - len(rows)
+            if want <= 0:
+                break
+            if source is None:
+                rows += await self.app.store.claim(self.worker_id, self._pairs(), want,
+                                                   self.lease_s)  # fmt: skip
+                continue
+            got = await self.queues.claim(source, self.worker_id, queued[source], want,
+                                          self.lease_s)  # fmt: skip
+            rows += got
+            if len(got) < want:
+                self._saturated.add(source)
+                if self.app.queues[source].rate is not None:
+                    await self._rate_wait(source, queued[source])
+            else:
+                self._saturated.discard(source)
+        return rows
+
+    async def _rate_wait(self, queue: str, pairs: list[tuple[str, str]]) -> None:
+        at, now = await self.queues.next_at(queue, pairs)
+        if at is not None:
+            wait = max((at - now).total_seconds(), 0.001)
+            self.retry_in = wait if self.retry_in is None else min(self.retry_in, wait)
+
+    async def next_due(self) -> tuple[datetime | None, datetime]:
+        """When a run may next be claimable (None: nothing known; the poll decides)."""
+        next_at, db_now = await self.app.store.next_due(self._pairs())
+        for queue, pairs in self._queued().items():
+            at, _ = await self.queues.next_at(queue, pairs)
+            if at is not None and (next_at is None or at < next_at):
+                next_at = at
+        return next_at, db_now
+
+    def started(self, run_id: str, queue: str | None) -> None:
+        if queue is not None:
+            self._run_queue[run_id] = queue
+
+    def ended(self, run_id: str) -> bool:
+        """A run left this worker: True if its queue's freed slot should be claimed now."""
+        queue = self._run_queue.pop(run_id, None)
+        return queue is not None and queue in self._saturated

@@ -16,13 +16,12 @@ import signal
 import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
 from ._execution import Execution
-from ._queues import QueueClaims
+from ._queues import Claimer, QueueClaims
 from ._recorder import StepRecorder
 from ._runlog import Stop
 from ._schedules import Scheduler
@@ -69,8 +68,7 @@ class Worker:
         self._changed = False  # SQLite: a commit seen that no check has looked at yet
         self._seen = float("-inf")  # when the workers table last heard of us (loop time)
         self._background: asyncio.Task[None] | None = None
-        self._queues = QueueClaims(app.store)
-        self._turn = 0  # which source (unqueued runs, or a queue) claims first
+        self._claimer = Claimer(app, self.worker_id, self.lease_s)
 
     # --------------------------------------------------------------- lifecycle
 
@@ -130,7 +128,7 @@ class Worker:
             try:
                 await self.app.open()
                 queues = {wf.queue for wf in self.app.workflows.values() if wf.queue}
-                await self._queues.declare(sorted(queues, key=lambda q: q.name))
+                await QueueClaims(self.app.store).declare(sorted(queues, key=lambda q: q.name))
                 return
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, delay)
@@ -146,44 +144,6 @@ class Worker:
     def _pairs(self) -> list[tuple[str, str]]:
         return list(self.app.workflows)
 
-    def _queued(self) -> dict[str, list[tuple[str, str]]]:
-        """The (workflow, version) pairs served, by queue."""
-        out: dict[str, list[tuple[str, str]]] = {}
-        for pair, wf in self.app.workflows.items():
-            if wf.queue is not None:
-                out.setdefault(wf.queue.name, []).append(pair)
-        return out
-
-    async def _claim(self, free: int) -> list[Row]:
-        """Claim up to `free` runs: unqueued ones in one statement, then each queue's in
-        a transaction of its own; who goes first turns, so none starves the others."""
-        queued = self._queued()
-        if not queued:
-            return await self.app.store.claim(self.worker_id, self._pairs(), free, self.lease_s)
-        sources: list[str | None] = [None, *sorted(queued)]
-        self._turn = (self._turn + 1) % len(sources)
-        rows: list[Row] = []
-        for source in sources[self._turn :] + sources[: self._turn]:
-            want = free - len(rows)
-            if want <= 0:
-                break
-            if source is None:
-                rows += await self.app.store.claim(self.worker_id, self._pairs(), want,
-                                                   self.lease_s)  # fmt: skip
-            else:
-                rows += await self._queues.claim(source, self.worker_id, queued[source], want,
-                                                 self.lease_s)  # fmt: skip
-        return rows
-
-    async def _next_due(self) -> tuple[datetime | None, datetime]:
-        """When a run may next be claimable (None: nothing known; the poll decides)."""
-        next_at, db_now = await self.app.store.next_due(self._pairs())
-        for queue, pairs in self._queued().items():
-            at, _ = await self._queues.next_at(queue, pairs)
-            if at is not None and (next_at is None or at < next_at):
-                next_at = at
-        return next_at, db_now
-
     async def _claim_loop(self) -> None:
         backoff = 0.1
         # While busy, a finished run alone does not trigger a claim: slots are gathered
@@ -198,17 +158,19 @@ class Worker:
             try:
                 if free > 0 and (self._hint or free >= batch or not self.running):
                     self._hint = False
-                    rows = await self._claim(free)
+                    rows = await self._claimer.claim(free)
                     for row in rows:
                         self._execute(row)
                     if len(rows) == free:
                         self._hint = True  # there may be more
                         continue
                     if not rows and not self.running:
-                        next_at, db_now = await self._next_due()
+                        next_at, db_now = await self._claimer.next_due()
                         if next_at is not None:
                             delay = (next_at - db_now).total_seconds()
                             timeout = min(timeout, max(delay, 0.001))
+                if self._claimer.retry_in is not None:  # a queue's rate window reopens
+                    timeout = min(timeout, self._claimer.retry_in)
                 backoff = 0.1
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, backoff)
@@ -229,6 +191,7 @@ class Worker:
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
         self.running[run_id] = (execution, task)
+        self._claimer.started(run_id, row.get("queue"))
         self._lease_until[run_id] = asyncio.get_running_loop().time() + self.lease_s
         task.add_done_callback(lambda _: self._finished(run_id, task))
 
@@ -238,6 +201,8 @@ class Worker:
             self._lease_until.pop(run_id, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("run %s: unexpected error", run_id, exc_info=task.exception())
+        if self._claimer.ended(run_id):
+            self._hint = True  # a slot of a queue that has runs waiting for one
         self._wake.set()
 
     def _wake_at(self, delay: float | None) -> None:

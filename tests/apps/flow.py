@@ -67,10 +67,10 @@ def ledger_events(url: str) -> list[tuple[str, str, str, float]]:
             rows = conn.execute("SELECT run_id, worker, event, at FROM biz_ledger")
             return sorted(rows, key=lambda r: r[3])
     with psycopg.connect(url) as conn:
-        rows = conn.execute(
+        found = conn.execute(
             "SELECT run_id, worker, event, EXTRACT(EPOCH FROM at)::float8 FROM biz.ledger"
         ).fetchall()
-        return sorted(rows, key=lambda r: r[3])
+        return sorted(found, key=lambda r: r[3])
 
 
 def peak(events: list[tuple[str, str, str, float]], runs: set[str]) -> int:
