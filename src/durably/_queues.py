@@ -127,14 +127,18 @@ class QueueClaims:
 
     async def claim(
         self, queue: str, worker_id: str, pairs: list[tuple[str, str]], limit: int,
-        lease_s: float,
+        lease_s: float, per_key: bool = True,
     ) -> list[Row]:  # fmt: skip
         """Claim up to `limit` runs of `queue` within its limits (several round trips on
         PostgreSQL: the lock and the claim are statements of their own, so that the
-        claim's snapshot sees every claim committed before it got the lock)."""
+        claim's snapshot sees every claim committed before it got the lock).
+
+        Candidates are locked as they are read: `limit` of them per (workflow, version),
+        more when a `per_key` limit may pass over some (`per_key`)."""
         params = {
             "queue": queue, "worker_id": worker_id, "workflows": [p[0] for p in pairs],
-            "versions": [p[1] for p in pairs], "limit": limit, "scan": max(4 * limit, 32),
+            "versions": [p[1] for p in pairs], "limit": limit,
+            "scan": max(4 * limit, 32) if per_key else limit,
             "lease": lease_s, "token": uuid.uuid4().hex, "channel": self.channel,
         }  # fmt: skip
         async with self.db.transaction() as tx:
@@ -192,10 +196,15 @@ class Claimer:
         self.retry_in = None
         if not queued:
             return await self.app.store.claim(self.worker_id, self._pairs(), free, self.lease_s)
-        sources: list[str | None] = [None, *sorted(queued)]
-        self._turn = (self._turn + 1) % len(sources)
+        self._turn += 1
+        sources: list[str | None] = [*sorted(queued)]
+        # Runs without a queue: of unqueued workflows, or started before a queue was given
+        # to theirs (these are looked for now and then only, when every workflow has one).
+        if len(queued) < len(self.app.workflows) or self._turn % 16 == 0:
+            sources.append(None)
+        start = self._turn % len(sources)
         rows: list[Row] = []
-        for source in sources[self._turn :] + sources[: self._turn]:
+        for source in sources[start:] + sources[:start]:
             want = free - len(rows)
             if want <= 0:
                 break
@@ -203,8 +212,9 @@ class Claimer:
                 rows += await self.app.store.claim(self.worker_id, self._pairs(), want,
                                                    self.lease_s)  # fmt: skip
                 continue
+            per_key = self.app.queues[source].per_key is not None
             got = await self.queues.claim(source, self.worker_id, queued[source], want,
-                                          self.lease_s)  # fmt: skip
+                                          self.lease_s, per_key)  # fmt: skip
             rows += got
             if len(got) < want:
                 self._saturated.add(source)
