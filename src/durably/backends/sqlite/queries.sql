@@ -454,20 +454,21 @@ WHERE id IN (
             r.started_at IS NULL AS fresh
         FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
         CROSS JOIN {schema}_runs r WHERE r.id IN (
-            SELECT x.id FROM {schema}_runs x, room
-            WHERE room.slots > 0 AND x.workflow = w.value AND x.version = v.value
+            SELECT x.id FROM {schema}_runs x
+            WHERE x.workflow = w.value AND x.version = v.value
               AND x.queue IS NOT NULL AND x.queue = :queue AND x.available_at <= now()
               AND x.status IN ('pending', 'waiting')
-              AND (room.per_key IS NULL OR x.concurrency_key IS NULL
+              AND ((SELECT per_key FROM room) IS NULL OR x.concurrency_key IS NULL
                    OR coalesce((SELECT n FROM busy WHERE k = x.concurrency_key), 0)
-                      < room.per_key)
+                      < (SELECT per_key FROM room))
             ORDER BY x.priority DESC, x.available_at
-            LIMIT :scan)
+            -- A full queue reads nothing of its backlog.
+            LIMIT CASE WHEN (SELECT slots FROM room) > 0 THEN :scan ELSE 0 END)
         UNION ALL
         SELECT r.id, r.priority, r.available_at, r.concurrency_key, 0, 0
         FROM {schema}_runs r
         WHERE r.queue = :queue AND r.status IN ('running', 'canceled')
-          AND r.available_at <= now()
+          AND +r.available_at <= now()  -- '+': read the queue's few, not every due run
           AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
                       ON w.key = v.key WHERE w.value = r.workflow AND v.value = r.version)
     ), keyed AS (
