@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import pytest
+
 from durably import Run
 from tests.acceptance.conftest import Procs
 from tests.apps import flow
@@ -66,3 +68,20 @@ def test_per_key_rate_and_priority(procs: Procs) -> None:
     listed = procs.json("runs", "--queue", "ranked")
     assert sorted(r["input"] for r in listed) == list(range(6))
     client.close()
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the CLI, not the database
+def test_cli_queue_options(procs: Procs) -> None:
+    env = {"DURABLY_APP": FLOW}
+    started = procs.json("start", "ranked", "--input", "7", "--priority", "3", **env)
+    assert started["status"] == "pending"
+    procs.json("start", "keyed", "--input", "1", "--concurrency-key", "tracker-a", **env)
+    refused = procs.cli("start", "limited", "--input", "1", "--priority", "3", check=False,
+                        **env)  # fmt: skip
+    assert refused.returncode == 2 and "priority=True" in refused.stderr
+    listed = procs.json("runs", "--queue", "ranked", **env)
+    assert [(r["run_id"], r["priority"], r["queue"]) for r in listed] == [
+        (started["run_id"], 3, "ranked")
+    ]
+    keyed = procs.json("runs", "--queue", "keyed", **env)
+    assert [r["concurrency_key"] for r in keyed] == ["tracker-a"]
