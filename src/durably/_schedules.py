@@ -78,6 +78,15 @@ class Scheduler:
         return datetime.fromtimestamp(self.app.clock.time(), UTC)
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("schedules: stopped by an unexpected error; no more scheduled runs")
+            raise
+
+    async def _run(self) -> None:
         pending: dict[Workflow, collections.deque[datetime]] = {}
         for wf in self.workflows:
             pending[wf] = await self._retrying(self._first_ticks, wf)

@@ -169,8 +169,8 @@ class Worker:
                         if next_at is not None:
                             delay = (next_at - db_now).total_seconds()
                             timeout = min(timeout, max(delay, 0.001))
-                if self._claimer.retry_in is not None:  # a queue's rate window reopens
-                    timeout = min(timeout, self._claimer.retry_in)
+                    if self._claimer.retry_in is not None:  # a queue's rate window reopens
+                        timeout = min(timeout, self._claimer.retry_in)
                 backoff = 0.1
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, backoff)
