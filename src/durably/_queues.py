@@ -165,9 +165,11 @@ class Claimer:
     """What a worker claims: unqueued runs in one statement (one round trip), then each
     queue's in a transaction of its own; who goes first turns, so none starves another.
 
-    A queue that gave fewer runs than asked is `saturated` (full, or nothing due): when a
-    run of it ends here, the worker claims again at once rather than waiting for a batch
-    of free slots, and a queue held back by its rate says when its window reopens.
+    A queue that gave some runs but fewer than asked is `saturated` (most likely at its
+    limit with more due): when a run of it ends here, the worker claims again at once
+    rather than waiting for a batch of free slots (one that gave none is not: at the end
+    of a backlog, every run's end would cost a claim). A queue held back by its rate says
+    when its window reopens.
     """
 
     def __init__(self, app: Durably, worker_id: str, lease_s: float) -> None:
@@ -216,12 +218,12 @@ class Claimer:
             got = await self.queues.claim(source, self.worker_id, queued[source], want,
                                           self.lease_s, per_key)  # fmt: skip
             rows += got
-            if len(got) < want:
+            if 0 < len(got) < want:
                 self._saturated.add(source)
-                if self.app.queues[source].rate is not None:
-                    await self._rate_wait(source, queued[source])
-            else:
+            else:  # all it was asked for, or nothing: none left due (or taken elsewhere)
                 self._saturated.discard(source)
+            if len(got) < want and self.app.queues[source].rate is not None:
+                await self._rate_wait(source, queued[source])
         return rows
 
     async def _rate_wait(self, queue: str, pairs: list[tuple[str, str]]) -> None:
