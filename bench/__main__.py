@@ -6,6 +6,9 @@
   scale      --concurrency C --runs N --database URL   throughput with 1M finished and
              [--finished 1000000 --sleeping 100000]     100k sleeping runs, against empty
   idle       --concurrency C --seconds S --database URL -> {"queries_per_s"}
+  queued     --concurrency C --runs N --queue-concurrency Q [--pairs P] --database URL
+             throughput with the workflow on a queue (concurrency Q), alternating with the
+             unqueued figure -> {"runs_per_s" (queued), "ratio" (queued/unqueued, median)}
 Each call starts from an empty schema of its own (`durably_bench`). The last line printed
 is one JSON object.
 """
@@ -22,7 +25,9 @@ from . import scenarios
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("mode", choices=["throughput", "latency", "signal", "scale", "idle"])
+    parser.add_argument(
+        "mode", choices=["throughput", "latency", "signal", "scale", "idle", "queued"]
+    )
     parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--runs", type=int, default=1000)
@@ -31,6 +36,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--finished", type=int, default=1_000_000)
     parser.add_argument("--sleeping", type=int, default=100_000)
+    parser.add_argument("--queue-concurrency", type=int, default=50)
+    parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     result = asyncio.run(scenarios.run(args))

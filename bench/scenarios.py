@@ -17,13 +17,14 @@ from durably import Durably
 SCHEMA = "durably_bench"
 
 
-def make_app(url: str) -> Durably:
+def make_app(url: str, queue_concurrency: int | None = None) -> Durably:
     app = Durably(url, schema=SCHEMA)
+    queue = app.queue("bench", concurrency=queue_concurrency) if queue_concurrency else None
 
     async def noop(i: int) -> int:
         return i
 
-    @app.workflow(name="bench", version="v1")
+    @app.workflow(name="bench", version="v1", queue=queue)
     async def bench(ctx: Any, k: int) -> int:
         for i in range(3):
             await ctx.step.run(f"s{i}", noop, i)
@@ -55,10 +56,10 @@ def stats(xs: list[float]) -> dict[str, float]:
             "min": round(s[0], 2), "max": round(s[-1], 2)}  # fmt: skip
 
 
-async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, int] = (0, 0)
-                     ) -> dict[str, Any]:  # fmt: skip
+async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, int] = (0, 0),
+                     queue_concurrency: int | None = None) -> dict[str, Any]:  # fmt: skip
     await reset(url)
-    app = make_app(url)
+    app = make_app(url, queue_concurrency)
     async with app:
         if any(prefill):
             await _prefill(app, url, *prefill)
@@ -72,7 +73,8 @@ async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, 
         span = await _span(app, url)
     return {
         "system": "durably",
-        "mode": "throughput",
+        "mode": "throughput" if queue_concurrency is None else "queued",
+        "queue_concurrency": queue_concurrency,
         "n": runs,
         "concurrency": concurrency,
         "enqueue_seq_runs_per_s": round(runs / enqueue_s, 1),
@@ -199,6 +201,8 @@ async def idle(url: str, concurrency: int, seconds: float) -> dict[str, Any]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.mode == "throughput":
         return await throughput(args.database, args.concurrency, args.runs)
+    if args.mode == "queued":
+        return await queued(args)
     if args.mode in ("latency", "signal"):
         return await latency(args.database, args.n, args.gap_ms, args.mode)
     if args.mode == "idle":
@@ -214,4 +218,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "finished": args.finished,
         "sleeping": args.sleeping,
         "ratio": round(full["runs_per_s"] / empty["runs_per_s"], 3),
+    }
+
+
+async def queued(args: argparse.Namespace) -> dict[str, Any]:
+    """Throughput of runs of a queue (concurrency `--queue-concurrency`) beside the same
+    runs unqueued, alternating `--pairs` times so that both see the same machine."""
+    plain: list[float] = []
+    queue: list[float] = []
+    for _ in range(args.pairs):
+        plain.append((await throughput(args.database, args.concurrency, args.runs))["runs_per_s"])
+        queue.append(
+            (
+                await throughput(
+                    args.database,
+                    args.concurrency,
+                    args.runs,
+                    queue_concurrency=args.queue_concurrency,
+                )
+            )["runs_per_s"]
+        )
+    return {
+        "system": "durably",
+        "mode": "queued",
+        "concurrency": args.concurrency,
+        "queue_concurrency": args.queue_concurrency,
+        "n": args.runs,
+        "unqueued_runs_per_s": plain,
+        "queued_runs_per_s": queue,
+        "runs_per_s": statistics.median(queue),
+        "ratio": round(statistics.median(q / p for q, p in zip(queue, plain, strict=True)), 3),
     }

@@ -40,6 +40,7 @@ from ._errors import (
     WorkflowTimeoutError,
 )
 from ._models import Run, StepAttempt
+from ._queues import Queue
 from ._retry import RetryPolicy
 from ._steps import ChildHandle
 from ._sync import SyncDurably
@@ -61,6 +62,7 @@ __all__ = [
     "NonDeterminismError",
     "NonRetryableError",
     "PayloadTooLarge",
+    "Queue",
     "RetryPolicy",
     "Run",
     "RunFailedError",

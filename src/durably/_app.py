@@ -13,10 +13,12 @@ from . import _telemetry
 from ._clock import Clock
 from ._codec import DEFAULT_MAX_PAYLOAD, encode
 from ._durations import Duration
-from ._errors import WorkflowNotFound
+from ._errors import ConfigurationError, WorkflowNotFound
 from ._models import Run, StepAttempt
+from ._queues import Queue
 from ._records import NewRun
 from ._retry import WORKFLOW_DEFAULT, RetryPolicy
+from ._schedules import Schedule
 from ._store import Store
 from ._workflow import RunHandle, Workflow, WorkflowFn
 from .backends import connect
@@ -101,6 +103,7 @@ class Durably:
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
         self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
+        self.queues: dict[str, Queue] = {}
 
     def __repr__(self) -> str:
         return f"<Durably {self.connector.dialect} schema={self.connector.schema}>"
@@ -116,14 +119,64 @@ class Durably:
 
     # ----------------------------------------------------------------- registry
 
+    def queue(
+        self,
+        name: str,
+        concurrency: int | None = None,
+        per_key: int | None = None,
+        rate: str | None = None,
+        priority: bool = False,
+    ) -> Queue:
+        """Declare a queue (flow control, enforced by the database across workers).
+
+        Args:
+            name: the queue's name.
+            concurrency: at most this many of its runs running at once.
+            per_key: at most this many running per `start(..., concurrency_key=)`.
+            rate: `"N/DURATION"` (e.g. `"10/1m"`): at most N runs started per window.
+            priority: claim larger `start(..., priority=)` first (FIFO within one).
+
+        Raises:
+            ConfigurationError: a bad limit or rate, or the name declared otherwise before.
+
+        Example:
+            ```python
+            downloads = app.queue("downloads", concurrency=3, per_key=1)
+
+            @app.workflow(name="fetch", queue=downloads)
+            async def fetch(ctx, url: str) -> None: ...
+
+            await fetch.start(url, concurrency_key="tracker-a")
+            ```
+        """
+        q = Queue(name, concurrency, per_key, rate, priority)
+        if self.queues.setdefault(name, q) != q:
+            raise ConfigurationError(f"queue {name!r} is already declared as {self.queues[name]}")
+        return q
+
     def workflow(
-        self, name: str | None = None, version: str = "v1", retry: RetryPolicy | None = None
+        self,
+        name: str | None = None,
+        version: str = "v1",
+        retry: RetryPolicy | None = None,
+        *,
+        queue: Queue | str | None = None,
+        schedule: str | None = None,
+        tz: str = "UTC",
+        backfill: bool = False,
     ) -> WorkflowDecorator:
         """Register an async function as workflow `(name, version)`.
 
         Its first parameter receives a `WorkflowContext`; a second one, if declared,
         receives the input, validated against its annotation (pydantic). The result is a
         `Workflow[In, Out]` typed by those annotations.
+
+        Args:
+            queue: a queue of this app (`app.queue(...)`) its runs are claimed through.
+            schedule: cron (`"*/5 * * * *"`; 6 fields: seconds first): workers start one
+                run per tick, with input `{"scheduled_at": ISO}`.
+            tz: the time zone the schedule is read in.
+            backfill: start the ticks missed while no worker ran.
 
         Example:
             ```python
@@ -133,15 +186,31 @@ class Durably:
             handle = await ship.start(Order(id="o1"))  # RunHandle[Receipt]
             ```
         """
+        q = self._known_queue(queue)
+        plan = Schedule(schedule, tz, backfill) if schedule is not None else None
 
         def register(fn: WorkflowFn) -> Workflow[Any, Any]:
             wf: Workflow[Any, Any] = Workflow(
-                self, fn, name or fn.__name__, version, retry or WORKFLOW_DEFAULT
-            )
+                self, fn, name or fn.__name__, version, retry or WORKFLOW_DEFAULT,
+                queue=q, schedule=plan,
+            )  # fmt: skip
+            if plan is not None and wf.takes_input:
+                wf.parse_input({"scheduled_at": "2026-01-01T00:00:00+00:00"})
             self.workflows[(wf.name, wf.version)] = wf
             return wf
 
         return register
+
+    def _known_queue(self, queue: Queue | str | None) -> Queue | None:
+        if queue is None:
+            return None
+        name = queue.name if isinstance(queue, Queue) else queue
+        if name not in self.queues or (isinstance(queue, Queue) and self.queues[name] != queue):
+            known = ", ".join(sorted(self.queues)) or "none"
+            raise ConfigurationError(
+                f"unknown queue {name!r} (declared: {known}); declare it with app.queue()"
+            )
+        return self.queues[name]
 
     def get_workflow(self, name: str, version: str | None = None) -> Workflow[Any, Any]:
         """The registered workflow; the newest registered version when none is given."""
@@ -204,12 +273,15 @@ class Durably:
         available_at: datetime | str | None = None,
         deadline_at: datetime | str | None = None,
         connection: Any = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> RunHandle[Any]:
         """Start workflow `workflow` by name (see `Workflow.start`)."""
         wf = self.get_workflow(workflow, version)
         return await wf.start(
             input, idempotency_key=idempotency_key, available_at=available_at,
-            deadline_at=deadline_at, connection=connection,
+            deadline_at=deadline_at, connection=connection, concurrency_key=concurrency_key,
+            priority=priority,
         )  # fmt: skip
 
     async def send_signal(
@@ -263,13 +335,27 @@ class Durably:
         limit: int = 100,
         offset: int = 0,
         created_after: datetime | None = None,
+        queue: str | None = None,
     ) -> list[Run]:
-        """Runs, newest first, filtered by status, workflow name and creation time."""
+        """Runs, newest first, filtered by status, workflow name, queue and creation time."""
         await self.open()
         return await self.store.list_runs(
             status=status, workflow=workflow, limit=limit, offset=offset,
-            created_after=created_after,
+            created_after=created_after, queue=queue,
         )  # fmt: skip
+
+    async def queue_counts(self) -> list[dict[str, Any]]:
+        """Each queue declared in the database: its limits, `running` and `waiting` runs."""
+        from ._queues import QueueClaims
+
+        await self.open()
+        return await QueueClaims(self.store).counts()
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """The scheduled workflows of this app with their next tick (`next_at`, ISO)."""
+        from ._schedules import next_ticks
+
+        return next_ticks(self)
 
     async def list_stuck(self, limit: int = 100) -> list[Run]:
         """Due runs that no live worker runs the (workflow, version) of, and runs that have

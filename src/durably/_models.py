@@ -49,6 +49,9 @@ class Run:
     parent_run_id: str | None
     lease_expires_at: datetime | None
     compensating: bool = False
+    queue: str | None = None
+    concurrency_key: str | None = None
+    priority: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -73,6 +76,8 @@ class Run:
             waiting_for=row["waiting_for"], parent_run_id=row["parent_run_id"],
             lease_expires_at=row["lease_expires_at"],
             compensating=bool(row.get("compensating")),
+            queue=row.get("queue"), concurrency_key=row.get("concurrency_key"),
+            priority=row.get("priority") or 0,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:

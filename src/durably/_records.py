@@ -40,6 +40,9 @@ class NewRun:
     run_id: str | None = None
     trace_context: str | None = None
     parent_close: str = "cancel"
+    queue: str | None = None
+    concurrency_key: str | None = None
+    priority: int = 0
 
 
 @dataclass

@@ -89,7 +89,8 @@ class Store:
             idempotency_key=new.idempotency_key, max_attempts=new.max_attempts,
             available_at=new.available_at, deadline_at=new.deadline_at,
             parent_run_id=new.parent_run_id, trace_context=new.trace_context,
-            parent_close=new.parent_close, channel=self.channel,
+            parent_close=new.parent_close, queue=new.queue,
+            concurrency_key=new.concurrency_key, priority=new.priority, channel=self.channel,
         )  # fmt: skip
 
     async def get_run(self, run_id: str) -> Run:
@@ -106,10 +107,11 @@ class Store:
         due_before: datetime | None = None,
         offset: int = 0,
         created_after: datetime | None = None,
+        queue: str | None = None,
     ) -> list[Run]:
         rows = await self.db.fetch(
             "list_runs", status=status, workflow=workflow, limit=limit, due_before=due_before,
-            offset=offset, created_after=created_after,
+            offset=offset, created_after=created_after, queue=queue,
         )  # fmt: skip
         return [Run.from_row(r) for r in rows]
 

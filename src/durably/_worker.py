@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
 from ._execution import Execution
+from ._queues import Claimer, QueueClaims
 from ._recorder import StepRecorder
 from ._runlog import Stop
+from ._schedules import Scheduler
 from ._watchdog import LoopWatchdog
 from .backends import Row
 
@@ -66,6 +68,7 @@ class Worker:
         self._changed = False  # SQLite: a commit seen that no check has looked at yet
         self._seen = float("-inf")  # when the workers table last heard of us (loop time)
         self._background: asyncio.Task[None] | None = None
+        self._claimer = Claimer(app, self.worker_id, self.lease_s)
 
     # --------------------------------------------------------------- lifecycle
 
@@ -94,6 +97,11 @@ class Worker:
         await self._open_with_backoff()
         stop_listening = await self.app.connector.listen(self._on_message)
         beat = asyncio.create_task(self._heartbeat_loop(), name="durably-heartbeat")
+        scheduled = [wf for wf in self.app.workflows.values() if wf.schedule is not None]
+        scheduler = None
+        if scheduled and not self._stopping.is_set():
+            scheduler = asyncio.create_task(Scheduler(self.app, scheduled).run(),
+                                            name="durably-schedules")  # fmt: skip
         watchdog = LoopWatchdog(loop, threshold=max(1.0, min(5.0, self.heartbeat_s)))
         watchdog.start()
         log.info("worker %s started (%d slots)", self.worker_id, self.concurrency)
@@ -102,7 +110,7 @@ class Worker:
             await self._drain()
         finally:
             watchdog.stop()
-            checks = [t for t in (beat, self._check_task) if t is not None]
+            checks = [t for t in (beat, self._check_task, scheduler) if t is not None]
             for task in checks:
                 task.cancel()
             await asyncio.gather(*checks, return_exceptions=True)
@@ -119,6 +127,8 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 await self.app.open()
+                queues = {wf.queue for wf in self.app.workflows.values() if wf.queue}
+                await QueueClaims(self.app.store).declare(sorted(queues, key=lambda q: q.name))
                 return
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, delay)
@@ -148,19 +158,19 @@ class Worker:
             try:
                 if free > 0 and (self._hint or free >= batch or not self.running):
                     self._hint = False
-                    rows = await self.app.store.claim(
-                        self.worker_id, self._pairs(), free, self.lease_s
-                    )
+                    rows = await self._claimer.claim(free)
                     for row in rows:
                         self._execute(row)
                     if len(rows) == free:
                         self._hint = True  # there may be more
                         continue
                     if not rows and not self.running:
-                        next_at, db_now = await self.app.store.next_due(self._pairs())
+                        next_at, db_now = await self._claimer.next_due()
                         if next_at is not None:
                             delay = (next_at - db_now).total_seconds()
                             timeout = min(timeout, max(delay, 0.001))
+                    if self._claimer.retry_in is not None:  # a queue's rate window reopens
+                        timeout = min(timeout, self._claimer.retry_in)
                 backoff = 0.1
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, backoff)
@@ -181,6 +191,7 @@ class Worker:
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
         self.running[run_id] = (execution, task)
+        self._claimer.started(run_id, row.get("queue"))
         self._lease_until[run_id] = asyncio.get_running_loop().time() + self.lease_s
         task.add_done_callback(lambda _: self._finished(run_id, task))
 
@@ -190,6 +201,8 @@ class Worker:
             self._lease_until.pop(run_id, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("run %s: unexpected error", run_id, exc_info=task.exception())
+        if self._claimer.ended(run_id):
+            self._hint = True  # a slot of a queue that has runs waiting for one
         self._wake.set()
 
     def _wake_at(self, delay: float | None) -> None:

@@ -13,11 +13,13 @@ from ._codec import adapter, encode, validate
 from ._durations import Duration, parse_duration, parse_instant
 from ._errors import InvalidInput, RunFailedError, WorkflowTimeoutError
 from ._models import Run
+from ._queues import Queue, check_unqueued
 from ._records import NewRun
 from ._retry import RetryPolicy
 
 if TYPE_CHECKING:
     from ._app import Durably
+    from ._schedules import Schedule
 
 WorkflowFn = Callable[..., Awaitable[Any]]
 
@@ -35,8 +37,9 @@ class Workflow(Generic[In, Out]):
     """
 
     def __init__(
-        self, app: Durably, fn: WorkflowFn, name: str, version: str, retry: RetryPolicy
-    ) -> None:
+        self, app: Durably, fn: WorkflowFn, name: str, version: str, retry: RetryPolicy,
+        queue: Queue | None = None, schedule: Schedule | None = None,
+    ) -> None:  # fmt: skip
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {name!r} must be an `async def` function")
         self.app = app
@@ -44,6 +47,8 @@ class Workflow(Generic[In, Out]):
         self.name = name
         self.version = version
         self.retry = retry
+        self.queue = queue
+        self.schedule = schedule
         params = list(inspect.signature(fn).parameters.values())
         self.takes_input = len(params) >= 2
         hints = typing.get_type_hints(fn) if self.takes_input else {}
@@ -67,8 +72,14 @@ class Workflow(Generic[In, Out]):
         parent_run_id: str | None = None,
         run_id: str | None = None,
         parent_close: str = "cancel",
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> NewRun:
         """Validate and encode a start request (nothing is written)."""
+        if self.queue is not None:
+            self.queue.check_start(self.name, concurrency_key, priority)
+        else:
+            check_unqueued(self.name, concurrency_key, priority)
         if self.takes_input:
             value = self.parse_input(input)
         elif input is not None:
@@ -86,6 +97,9 @@ class Workflow(Generic[In, Out]):
             parent_run_id=parent_run_id,
             run_id=run_id,
             parent_close=parent_close,
+            queue=self.queue.name if self.queue is not None else None,
+            concurrency_key=concurrency_key,
+            priority=priority,
         )
 
     def _instant(self, value: datetime | str | None) -> datetime | None:
@@ -103,6 +117,8 @@ class Workflow(Generic[In, Out]):
         available_at: datetime | str | None = None,
         deadline_at: datetime | str | None = None,
         connection: Any = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> RunHandle[Out]: ...
 
     @overload
@@ -114,6 +130,8 @@ class Workflow(Generic[In, Out]):
         available_at: datetime | str | None = None,
         deadline_at: datetime | str | None = None,
         connection: Any = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> RunHandle[Out]: ...
 
     async def start(
@@ -124,6 +142,8 @@ class Workflow(Generic[In, Out]):
         available_at: datetime | str | None = None,
         deadline_at: datetime | str | None = None,
         connection: Any = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
     ) -> RunHandle[Out]:
         """Start a run (or return the run this idempotency key already started).
 
@@ -135,13 +155,15 @@ class Workflow(Generic[In, Out]):
             deadline_at: fail the run with `DeadlineExceeded` if it is not done by then.
             connection: the caller's open psycopg or sqlite3 connection: the run is
                 written in its transaction (roll back and nothing was started).
+            concurrency_key: the workflow's queue runs at most `per_key` runs sharing it.
+            priority: the queue (declared with `priority=True`) claims larger first.
 
         Raises:
             InvalidInput: the input does not fit; nothing was written.
         """
         new = self.new_run(
             input, idempotency_key=idempotency_key, available_at=available_at,
-            deadline_at=deadline_at,
+            deadline_at=deadline_at, concurrency_key=concurrency_key, priority=priority,
         )  # fmt: skip
         run, _ = await self.app.create_run(new, connection)
         return RunHandle(self.app, run.run_id, run, output_type=self.output_type)

@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
     app.command()(cancel)
     app.command(name="runs")(list_runs)
     app.command()(show)
+    app.command()(schedules)
 
 
 def _instant(value: str | None, option: str) -> Any:
@@ -37,6 +38,10 @@ def start(
     idempotency_key: str | None = typer.Option(None, "--idempotency-key"),
     available_at: str | None = typer.Option(None, "--available-at", help="ISO time or +5s"),
     deadline_at: str | None = typer.Option(None, "--deadline-at", help="ISO time or +1h"),
+    concurrency_key: str | None = typer.Option(
+        None, "--concurrency-key", help="the queue's per_key limit groups by it"
+    ),
+    priority: int = typer.Option(0, "--priority", help="larger is claimed first (queues)"),
     wait: bool = typer.Option(False, "--wait", help="wait until the run has finished"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -49,7 +54,8 @@ def start(
     async def go() -> Any:
         handle = await durably.start(
             workflow, data, version=version, idempotency_key=idempotency_key,
-            available_at=when, deadline_at=deadline,
+            available_at=when, deadline_at=deadline, concurrency_key=concurrency_key,
+            priority=priority,
         )  # fmt: skip
         if wait:
             return await handle.wait()
@@ -111,6 +117,7 @@ def list_runs(
     ctx: typer.Context,
     status: str | None = typer.Option(None, "--status"),
     workflow: str | None = typer.Option(None, "--workflow"),
+    queue: str | None = typer.Option(None, "--queue", help="runs of this queue"),
     stuck: bool = typer.Option(False, "--stuck", help="due runs nothing is taking"),
     limit: int = typer.Option(100, "--limit", min=1),
     json_out: bool = typer.Option(False, "--json"),
@@ -125,8 +132,10 @@ def list_runs(
         if stuck:
             found = await durably.list_stuck(limit)
             return [r for r in found if (status is None or r.status == status)
-                    and (workflow is None or r.workflow == workflow)]  # fmt: skip
-        return await durably.list_runs(status=status, workflow=workflow, limit=limit)
+                    and (workflow is None or r.workflow == workflow)
+                    and (queue is None or r.queue == queue)]  # fmt: skip
+        return await durably.list_runs(status=status, workflow=workflow, limit=limit,
+                                       queue=queue)  # fmt: skip
 
     found = run(go(), durably)
     if json_out:
@@ -151,3 +160,20 @@ def show(
         print_json({"run": r.to_dict(), "steps": [s.to_dict() for s in steps]})
     else:
         _render.timeline(r, steps)
+
+
+def schedules(
+    ctx: typer.Context,
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """List the app's scheduled workflows with their next tick."""
+    durably = options(ctx).load(need_app=True)
+    found = durably.schedules()
+    if json_out:
+        print_json(found)
+        return
+    if not found:
+        typer.echo("no scheduled workflows")
+    for s in found:
+        typer.echo(f"{s['workflow']}@{s['version']}  {s['schedule']!r} ({s['tz']})"
+                   f"  next {s['next_at']}{'  backfill' if s['backfill'] else ''}")  # fmt: skip

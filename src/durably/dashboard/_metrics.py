@@ -14,11 +14,15 @@ _HELP = {
         "Mean time from creation to first claim, runs started in the last 5 minutes."),
     "durably_worker_last_heartbeat_age_seconds": ("gauge", "Seconds since each live worker "
                                                   "was last seen."),
+    "durably_queue_running": ("gauge", "Running runs of each queue (app.queue)."),
+    "durably_queue_waiting": ("gauge", "Pending runs of each queue, waiting for a slot."),
 }  # fmt: skip
 _NAMES = {"runs": ("durably_runs", "status"), "steps": ("durably_step_attempts", "status"),
           "due": ("durably_queue_depth", ""),
           "claim_latency_avg": ("durably_claim_latency_seconds", ""),
-          "worker_seen_age": ("durably_worker_last_heartbeat_age_seconds", "worker")}  # fmt: skip
+          "worker_seen_age": ("durably_worker_last_heartbeat_age_seconds", "worker"),
+          "queue_running": ("durably_queue_running", "queue"),
+          "queue_pending": ("durably_queue_waiting", "queue")}  # fmt: skip
 
 
 async def collect(app: Durably) -> list[dict[str, Any]]:

@@ -80,6 +80,28 @@ def run_list(runs: list[Run], filters: dict[str, str], offset: int, limit: int,
     return form + table + "<p>" + " · ".join(nav) + "</p>" + actions(workflows, csrf)
 
 
+def queue_table(queues: list[dict[str, Any]]) -> str:
+    """Each queue's limits and its running and waiting runs (none declared: nothing)."""
+    if not queues:
+        return ""
+    rows = "".join(
+        f"<tr><td><a href='/?{urlencode({'queue': q['name']})}'>{escape(q['name'])}</a></td>"
+        f"<td>{q['running']}</td><td>{q['waiting']}</td>"
+        f"<td>{q['concurrency'] or '-'}</td><td>{q['per_key'] or '-'}</td>"
+        f"<td>{_rate(q)}</td></tr>"
+        for q in queues
+    )
+    return ("<h2>queues</h2><table id='queues'><tr><th>queue</th><th>running</th>"
+            "<th>waiting</th><th>concurrency</th><th>per key</th><th>rate</th></tr>"
+            f"{rows}</table>")  # fmt: skip
+
+
+def _rate(q: dict[str, Any]) -> str:
+    if not q["rate_limit"]:
+        return "-"
+    return f"{q['rate_limit']}/{float(q['rate_period_s']):g}s"
+
+
 def actions(workflows: list[str], csrf: str) -> str:
     choices = "".join(f"<option>{escape(w)}</option>" for w in workflows)
     start = (

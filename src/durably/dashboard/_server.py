@@ -144,10 +144,14 @@ class _Handler(BaseHTTPRequestHandler):
             limit=PAGE,
             offset=offset,
             created_after=since,
+            queue=query.get("queue") or None,
         )
-        filters = {k: query[k] for k in ("status", "workflow", "since") if query.get(k)}
+        filters = {k: query[k] for k in ("status", "workflow", "since", "queue") if query.get(k)}
         workflows = sorted({name for name, _ in self.owner.app.workflows})
-        body = _pages.run_list(runs, filters, offset, PAGE, workflows, self.owner.auth.csrf())
+        queues = self.owner.client.run(self.owner.app.queue_counts())
+        body = _pages.queue_table(queues) + _pages.run_list(
+            runs, filters, offset, PAGE, workflows, self.owner.auth.csrf()
+        )
         self._send(200, _pages.page("runs", body, message=query.get("message", ""),
                                     error=query.get("error", "")))  # fmt: skip
 

@@ -8,11 +8,13 @@
 -- name: insert_run
 WITH ins AS (
     INSERT INTO {schema}.runs (id, namespace, workflow, version, status, input, idempotency_key,
-        max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close)
+        max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
+        queue, concurrency_key, priority)
     VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS jsonb),
         :idempotency_key, :max_attempts,
         LEAST(COALESCE(CAST(:available_at AS timestamptz), now()), CAST(:deadline_at AS timestamptz)),
-        :deadline_at, :parent_run_id, CAST(:trace_context AS jsonb), :parent_close)
+        :deadline_at, :parent_run_id, CAST(:trace_context AS jsonb), :parent_close,
+        :queue, :concurrency_key, :priority)
     ON CONFLICT DO NOTHING
     RETURNING *
 ), notified AS (
@@ -37,6 +39,7 @@ SELECT * FROM {schema}.runs WHERE id = :run_id FOR NO KEY UPDATE;
 SELECT * FROM {schema}.runs
 WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:workflow AS text) IS NULL OR workflow = :workflow)
+  AND (CAST(:queue AS text) IS NULL OR queue = :queue)
   AND (CAST(:due_before AS timestamptz) IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
   AND (CAST(:created_after AS timestamptz) IS NULL OR created_at >= :created_after)
@@ -65,6 +68,7 @@ WITH due AS (
     CROSS JOIN LATERAL (
         SELECT r.id, r.available_at FROM {schema}.runs r
         WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at <= now()
+          AND r.queue IS NULL  -- queued runs: claim_queue
         ORDER BY r.available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -105,6 +109,7 @@ FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])) AS p(workflow
 CROSS JOIN LATERAL (
     SELECT min(r.available_at) AS next_at FROM {schema}.runs r
     WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at IS NOT NULL
+      AND r.queue IS NULL
 ) n;
 
 -- name: heartbeat
@@ -512,7 +517,10 @@ UNION ALL
 SELECT 'claim_latency_avg', '', COALESCE(avg(EXTRACT(EPOCH FROM started_at - created_at)), 0)
 FROM {schema}.runs WHERE started_at > now() - interval '5 minutes'
 UNION ALL
-SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers;
+SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers
+UNION ALL
+SELECT 'queue_' || r.status, r.queue, count(*)::float8 FROM {schema}.runs r
+WHERE r.queue IS NOT NULL AND r.status IN ('running', 'pending') GROUP BY r.queue, r.status;
 
 -- name: record_many
 -- Group commit: step records of several runs held by one worker, as a JSON array. A row
@@ -568,3 +576,150 @@ WITH lease AS (
     RETURNING id
 )
 SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS returned;
+
+-- name: upsert_queue
+-- A queue's limits as the app declares them (the last worker to start wins).
+INSERT INTO {schema}.queues (name, concurrency, per_key, rate_limit, rate_period_s, priority)
+VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
+    per_key = excluded.per_key, rate_limit = excluded.rate_limit,
+    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now()
+RETURNING name;
+
+-- name: lock_queue
+-- Serialises the claims of one queue: the claim that follows, a statement of its own,
+-- reads the counts with a snapshot taken after the previous claim committed.
+SELECT name FROM {schema}.queues WHERE name = :queue FOR UPDATE;
+
+-- name: claim_queue
+-- Under lock_queue: the room the queue has (`concurrency` minus its running runs; `rate`
+-- minus its first claims in the window), the due runs of each served (workflow, version)
+-- of the queue, highest priority then oldest first (a key already at `per_key` is passed
+-- over, so it blocks no other key), and of those the first that fit every limit. Only
+-- runs that become `running` take a slot, only first claims count against the rate.
+-- Claimed rows, their abandoned attempts and history: as in `claim`. If fitting runs
+-- were left for lack of this worker's slots, other workers are told.
+WITH q AS (
+    SELECT * FROM {schema}.queues WHERE name = :queue
+), busy AS (
+    SELECT concurrency_key AS k, count(*) AS n FROM {schema}.runs
+    WHERE queue = :queue AND status = 'running' GROUP BY concurrency_key
+), room AS (
+    SELECT q.per_key,
+        COALESCE(q.concurrency - (SELECT COALESCE(sum(n), 0) FROM busy), :limit) AS slots,
+        COALESCE(q.rate_limit - (SELECT count(*) FROM {schema}.runs s
+            WHERE s.queue = :queue AND s.started_at IS NOT NULL
+              AND s.started_at > now() - q.rate_period_s * interval '1 second'), :limit) AS firsts
+    FROM q
+), takers AS (
+    SELECT c.*
+    FROM room, unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
+        AS p(workflow, version)
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.priority, r.available_at, r.concurrency_key,
+            r.started_at IS NULL AS fresh
+        FROM {schema}.runs r
+        WHERE room.slots > 0 AND r.workflow = p.workflow AND r.version = p.version
+          AND r.queue IS NOT NULL AND r.queue = :queue AND r.available_at <= now()
+          AND r.status IN ('pending', 'waiting')
+          AND (room.per_key IS NULL OR r.concurrency_key IS NULL
+               OR COALESCE((SELECT n FROM busy WHERE k = r.concurrency_key), 0) < room.per_key)
+        ORDER BY r.priority DESC, r.available_at
+        LIMIT :scan
+        FOR UPDATE OF r SKIP LOCKED
+    ) c
+), holders AS (
+    -- Runs that already hold their slot: a lease that expired, a canceled run's
+    -- compensations. A full queue must still let them be taken over.
+    SELECT r.id, r.priority, r.available_at, r.concurrency_key
+    FROM {schema}.runs r
+    WHERE r.queue = :queue AND r.status IN ('running', 'canceled') AND r.available_at <= now()
+      AND (r.workflow, r.version) IN (SELECT * FROM unnest(CAST(:workflows AS text[]),
+                                                          CAST(:versions AS text[])))
+    LIMIT :scan
+    FOR UPDATE OF r SKIP LOCKED
+), cand AS (
+    SELECT takers.*, true AS takes FROM takers
+    UNION ALL
+    SELECT holders.*, false, false FROM holders
+), keyed AS (
+    SELECT cand.*, row_number() OVER (PARTITION BY concurrency_key, takes
+        ORDER BY priority DESC, available_at, id) AS key_rank
+    FROM cand
+), fitting AS (
+    SELECT keyed.id, room.slots, room.firsts,
+        sum(CASE WHEN takes THEN 1 ELSE 0 END) OVER w AS used,
+        sum(CASE WHEN fresh THEN 1 ELSE 0 END) OVER w AS started,
+        row_number() OVER w AS n
+    FROM keyed, room
+    WHERE room.per_key IS NULL OR concurrency_key IS NULL OR NOT takes
+       OR key_rank + COALESCE((SELECT n FROM busy WHERE k = concurrency_key), 0) <= room.per_key
+    WINDOW w AS (ORDER BY priority DESC, available_at, id)
+), due AS (
+    SELECT id, n FROM fitting WHERE used <= slots AND started <= firsts
+), claimed AS (
+    UPDATE {schema}.runs r SET
+        fence = r.fence + 1,
+        worker_id = :worker_id,
+        status = CASE WHEN r.status IN ('pending', 'waiting') THEN 'running' ELSE r.status END,
+        attempts = GREATEST(r.attempts, 1),
+        lease_expires_at = now() + :lease * interval '1 second',
+        available_at = now() + :lease * interval '1 second',
+        wake_requested = false, waiting_for = NULL, wake_at = NULL,
+        started_at = COALESCE(r.started_at, now()),
+        updated_at = now()
+    FROM due WHERE r.id = due.id AND due.n <= :limit
+    RETURNING r.*
+), abandoned AS (
+    UPDATE {schema}.step_attempts a SET status = 'abandoned', finished_at = now()
+    FROM claimed
+    WHERE a.run_id = claimed.id AND a.status = 'running' AND a.kind IN ('function', 'transaction')
+    RETURNING a.id
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM due WHERE n > :limit LIMIT 1) AS x
+)
+SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned,
+    (SELECT count(*) FROM notified) AS notified,
+    (SELECT json_agg(h ORDER BY h.position, h.attempt) FROM (
+        SELECT position, attempt, step, kind, status, final, compensable, signal, child_run_id,
+               wake_at, output, error, workflow_attempt, seq,
+               delivered_at IS NOT NULL AS delivered
+        FROM {schema}.step_attempts s WHERE s.run_id = claimed.id) h)::text AS history
+FROM claimed;
+
+-- name: queue_next
+-- When an idle worker should look at a queue again: its next run to come due, or when
+-- its rate window lets one more start. NULL: only a slot freed elsewhere (or the poll).
+SELECT LEAST(
+    (SELECT min(n.next_at)
+     FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])) AS p(workflow, version)
+     CROSS JOIN LATERAL (
+        SELECT min(r.available_at) AS next_at FROM {schema}.runs r
+        WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue IS NOT NULL
+          AND r.queue = :queue AND r.available_at > now()) n),
+    (SELECT min(s.started_at + q.rate_period_s * interval '1 second')
+     FROM {schema}.queues q JOIN {schema}.runs s ON s.queue = q.name
+     WHERE q.name = :queue AND q.rate_limit IS NOT NULL AND s.started_at IS NOT NULL
+       AND s.started_at > now() - q.rate_period_s * interval '1 second')
+) AS next_at, now() AS db_now;
+
+-- name: queue_counts
+-- Each declared queue with its running and waiting (pending: due or not) runs.
+SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priority,
+    (SELECT count(*) FROM {schema}.runs r WHERE r.queue = q.name AND r.status = 'running')
+        AS running,
+    (SELECT count(*) FROM {schema}.runs r WHERE r.queue = q.name AND r.status = 'pending')
+        AS waiting
+FROM {schema}.queues q ORDER BY q.name;
+
+-- name: schedule_last_tick
+SELECT last_tick FROM {schema}.schedules WHERE namespace = :namespace AND workflow = :workflow;
+
+-- name: schedule_ticked
+-- The latest tick started for a scheduled workflow (never moved back).
+INSERT INTO {schema}.schedules (namespace, workflow, schedule, tz, last_tick)
+VALUES (:namespace, :workflow, :schedule, :tz, :tick)
+ON CONFLICT (namespace, workflow) DO UPDATE SET schedule = excluded.schedule,
+    tz = excluded.tz, updated_at = now(),
+    last_tick = GREATEST({schema}.schedules.last_tick, excluded.last_tick)
+RETURNING last_tick;

@@ -7,11 +7,12 @@
 -- name: insert_run
 INSERT INTO {schema}_runs (id, namespace, workflow, version, status, input, idempotency_key,
     max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
-    created_at, updated_at)
+    created_at, updated_at, queue, concurrency_key, priority)
 VALUES (:id, :namespace, :workflow, :version, 'pending', :input, :idempotency_key,
     :max_attempts,
     min(coalesce(:available_at, now()), coalesce(:deadline_at, :available_at, now())),
-    :deadline_at, :parent_run_id, :trace_context, :parent_close, now(), now())
+    :deadline_at, :parent_run_id, :trace_context, :parent_close, now(), now(),
+    :queue, :concurrency_key, :priority)
 ON CONFLICT DO NOTHING
 RETURNING *, 0 AS notified;
 
@@ -32,6 +33,7 @@ SELECT * FROM {schema}_runs WHERE id = :run_id;
 SELECT * FROM {schema}_runs
 WHERE (:status IS NULL OR status = :status)
   AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:queue IS NULL OR queue = :queue)
   AND (:due_before IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
   AND (:created_after IS NULL OR created_at >= :created_after)
@@ -68,6 +70,7 @@ WHERE id IN (
     CROSS JOIN {schema}_runs r WHERE r.id IN (
         SELECT id FROM {schema}_runs
         WHERE workflow = w.value AND version = v.value AND available_at <= now()
+          AND queue IS NULL  -- queued runs: claim_queue
         ORDER BY available_at
         LIMIT :limit)
     ORDER BY r.available_at
@@ -92,7 +95,8 @@ UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
 -- name: next_due
 -- One look into runs_due per served pair (no pairs: one row, next_at NULL).
 SELECT min((SELECT min(available_at) FROM {schema}_runs
-            WHERE workflow = w.value AND version = v.value AND available_at IS NOT NULL))
+            WHERE workflow = w.value AND version = v.value AND available_at IS NOT NULL
+              AND queue IS NULL))
        AS next_at, now() AS db_now
 FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key;
 
@@ -407,7 +411,10 @@ UNION ALL
 SELECT 'claim_latency_avg', '', coalesce(avg(started_at - created_at), 0)
 FROM {schema}_runs WHERE started_at > now() - 300
 UNION ALL
-SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers;
+SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers
+UNION ALL
+SELECT 'queue_' || status, queue, count(*) FROM {schema}_runs
+WHERE queue IS NOT NULL AND status IN ('running', 'pending') GROUP BY queue, status;
 
 -- name: record_many
 -- Group commit (see the PostgreSQL twin); a completed record is never overwritten.
@@ -448,3 +455,127 @@ WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND statu
       AND lease_expires_at > now() AND (status = 'running' OR compensating));
 SELECT count(*) AS held FROM {schema}_runs
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id AND lease_expires_at > now();
+
+-- name: upsert_queue
+INSERT INTO {schema}_queues (name, concurrency, per_key, rate_limit, rate_period_s, priority,
+    updated_at)
+VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority, now())
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
+    per_key = excluded.per_key, rate_limit = excluded.rate_limit,
+    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now()
+RETURNING name;
+
+-- name: lock_queue
+-- The claim's IMMEDIATE transaction already holds the database's write lock.
+SELECT name FROM {schema}_queues WHERE name = :queue;
+
+-- name: claim_queue
+-- See the PostgreSQL twin: the room the queue has, its due candidates per served
+-- (workflow, version), and of those the first that fit every limit.
+UPDATE {schema}_runs SET
+    fence = fence + 1,
+    worker_id = :worker_id,
+    status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
+    attempts = max(attempts, 1),
+    lease_expires_at = now() + :lease,
+    available_at = now() + :lease,
+    wake_requested = 0, waiting_for = NULL, wake_at = NULL,
+    started_at = coalesce(started_at, now()),
+    updated_at = now(),
+    claim_token = :token
+WHERE id IN (
+    WITH busy AS (
+        SELECT concurrency_key AS k, count(*) AS n FROM {schema}_runs
+        WHERE queue = :queue AND status = 'running' GROUP BY concurrency_key
+    ), room AS (
+        SELECT q.per_key,
+            coalesce(q.concurrency - (SELECT coalesce(sum(n), 0) FROM busy), :limit) AS slots,
+            coalesce(q.rate_limit - (SELECT count(*) FROM {schema}_runs s
+                WHERE s.queue = :queue AND s.started_at IS NOT NULL
+                  AND s.started_at > now() - q.rate_period_s), :limit) AS firsts
+        FROM {schema}_queues q WHERE q.name = :queue
+    ), cand AS (
+        SELECT r.id, r.priority, r.available_at, r.concurrency_key, 1 AS takes,
+            r.started_at IS NULL AS fresh
+        FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+        CROSS JOIN {schema}_runs r WHERE r.id IN (
+            SELECT x.id FROM {schema}_runs x
+            WHERE x.workflow = w.value AND x.version = v.value
+              AND x.queue IS NOT NULL AND x.queue = :queue AND x.available_at <= now()
+              AND x.status IN ('pending', 'waiting')
+              AND ((SELECT per_key FROM room) IS NULL OR x.concurrency_key IS NULL
+                   OR coalesce((SELECT n FROM busy WHERE k = x.concurrency_key), 0)
+                      < (SELECT per_key FROM room))
+            ORDER BY x.priority DESC, x.available_at
+            -- A full queue reads nothing of its backlog.
+            LIMIT CASE WHEN (SELECT slots FROM room) > 0 THEN :scan ELSE 0 END)
+        UNION ALL
+        SELECT r.id, r.priority, r.available_at, r.concurrency_key, 0, 0
+        FROM {schema}_runs r
+        WHERE r.queue = :queue AND r.status IN ('running', 'canceled')
+          AND +r.available_at <= now()  -- '+': read the queue's few, not every due run
+          AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
+                      ON w.key = v.key WHERE w.value = r.workflow AND v.value = r.version)
+    ), keyed AS (
+        SELECT cand.*, row_number() OVER (PARTITION BY concurrency_key, takes
+            ORDER BY priority DESC, available_at, id) AS key_rank
+        FROM cand
+    ), fitting AS (
+        SELECT keyed.id, room.slots, room.firsts,
+            sum(takes) OVER w AS used, sum(fresh) OVER w AS started, row_number() OVER w AS n
+        FROM keyed, room
+        WHERE room.per_key IS NULL OR concurrency_key IS NULL OR NOT takes
+           OR key_rank + coalesce((SELECT n FROM busy WHERE k = concurrency_key), 0)
+              <= room.per_key
+        WINDOW w AS (ORDER BY priority DESC, available_at, id)
+    )
+    SELECT id FROM fitting WHERE used <= slots AND started <= firsts AND n <= :limit
+);
+UPDATE {schema}_step_attempts SET status = 'abandoned', finished_at = now()
+WHERE status = 'running' AND kind IN ('function', 'transaction')
+  AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
+SELECT r.*, now() AS db_now, 0 AS abandoned,
+    (SELECT json_group_array(json_object(
+        'position', position, 'attempt', attempt, 'step', step, 'kind', kind,
+        'status', status, 'final', final, 'compensable', compensable, 'signal', signal,
+        'child_run_id', child_run_id, 'wake_at', wake_at,
+        'output', json(output), 'error', json(error),
+        'workflow_attempt', workflow_attempt, 'seq', seq,
+        'delivered', delivered_at IS NOT NULL))
+     FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
+           ORDER BY position, attempt)) AS history
+FROM {schema}_runs r WHERE claim_token = :token;
+UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
+
+-- name: queue_next
+-- See the PostgreSQL twin.
+SELECT (SELECT min(t) FROM (
+    SELECT min(r.available_at) AS t
+    FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+    CROSS JOIN {schema}_runs r
+    WHERE r.workflow = w.value AND r.version = v.value AND r.queue IS NOT NULL
+      AND r.queue = :queue AND r.available_at > now()
+    UNION ALL
+    SELECT min(s.started_at + q.rate_period_s)
+    FROM {schema}_queues q JOIN {schema}_runs s ON s.queue = q.name
+    WHERE q.name = :queue AND q.rate_limit IS NOT NULL AND s.started_at IS NOT NULL
+      AND s.started_at > now() - q.rate_period_s)) AS next_at, now() AS db_now;
+
+-- name: queue_counts
+SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priority,
+    (SELECT count(*) FROM {schema}_runs r WHERE r.queue = q.name AND r.status = 'running')
+        AS running,
+    (SELECT count(*) FROM {schema}_runs r WHERE r.queue = q.name AND r.status = 'pending')
+        AS waiting
+FROM {schema}_queues q ORDER BY q.name;
+
+-- name: schedule_last_tick
+SELECT last_tick FROM {schema}_schedules WHERE namespace = :namespace AND workflow = :workflow;
+
+-- name: schedule_ticked
+INSERT INTO {schema}_schedules (namespace, workflow, schedule, tz, last_tick, updated_at)
+VALUES (:namespace, :workflow, :schedule, :tz, :tick, now())
+ON CONFLICT (namespace, workflow) DO UPDATE SET schedule = excluded.schedule,
+    tz = excluded.tz, updated_at = now(),
+    last_tick = max(coalesce({schema}_schedules.last_tick, 0), excluded.last_tick)
+RETURNING last_tick;

@@ -1,0 +1,52 @@
+"""Each queue's running and waiting runs on the dashboard's list page and in /metrics."""
+
+from __future__ import annotations
+
+import urllib.request
+from typing import Any
+
+from durably import Durably
+from durably._queues import QueueClaims
+from durably.dashboard import Dashboard
+from tests.helpers import scaled
+from tests.pgcluster import free_port
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=scaled(10)) as resp:
+        return str(resp.read().decode())
+
+
+def test_queue_counts_on_the_list_page_and_in_metrics(db_url: str) -> None:
+    app = Durably(db_url)
+    q = app.queue("downloads", concurrency=1, rate="10/1m")
+
+    @app.workflow(name="fetch", queue=q)
+    async def fetch(ctx: Any, n: int) -> int:
+        return n
+
+    client = app.sync
+    client.start("fetch", 1)
+    client.start("fetch", 2)
+
+    async def claim_one() -> None:
+        claims = QueueClaims(app.store)
+        await claims.declare([q])
+        assert len(await claims.claim("downloads", "w", [("fetch", "v1")], 5, 60.0)) == 1
+
+    client.run(claim_one())
+    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
+    try:
+        base = f"http://127.0.0.1:{port}"
+        page = _get(base + "/")
+        assert "<table id='queues'>" in page
+        assert "<td>1</td><td>1</td><td>1</td><td>-</td><td>10/60s</td>" in page
+        assert _get(base + "/?queue=downloads").count("fetch@v1") == 2
+        assert _get(base + "/?queue=other").count("fetch@v1") == 0
+        metrics = _get(base + "/metrics")
+        assert 'durably_queue_running{queue="downloads"} 1.0' in metrics
+        assert 'durably_queue_waiting{queue="downloads"} 1.0' in metrics
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        client.close()

@@ -1,0 +1,160 @@
+"""Queues (§4.17) on the claim path, claim by claim: concurrency, per-key and rate limits,
+priority order, parked runs holding no slot, and bad declarations refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from durably import Durably
+from durably._errors import ConfigurationError, InvalidInput
+from durably._queues import QueueClaims, parse_rate
+from tests.helpers import eventually, scaled
+
+PAIR = [("job", "v1")]
+
+
+def _app(db_url: str, **limits: Any) -> tuple[Durably, Any]:
+    app = Durably(db_url)
+    q = app.queue("q", **limits)
+
+    @app.workflow(name="job", version="v1", queue=q)
+    async def job(ctx: Any, k: int) -> int:
+        return k
+
+    return app, job
+
+
+async def _is(status: Any, wanted: str) -> bool:
+    return bool(await status == wanted)
+
+
+async def _claim(app: Durably, n: int, worker: str = "w") -> list[str]:
+    rows = await QueueClaims(app.store).claim("q", worker, PAIR, n, 30.0)
+    return [r["input"] for r in rows]
+
+
+async def _declare(app: Durably) -> None:
+    await app.open()
+    await QueueClaims(app.store).declare(list(app.queues.values()))
+
+
+async def test_concurrency_caps_running_runs(db_url: str) -> None:
+    app, job = _app(db_url, concurrency=3)
+    async with app:
+        await _declare(app)
+        for k in range(6):
+            await job.start(k)
+        assert set(await _claim(app, 10)) == {"0", "1", "2"}
+        assert await _claim(app, 10, "other") == []
+        # An unqueued claim never takes a queued run.
+        assert await app.store.claim("w", PAIR, 10, 30.0) == []
+        counts = {c["name"]: c for c in await app.queue_counts()}
+        assert (counts["q"]["running"], counts["q"]["waiting"]) == (3, 3)
+        assert [r.input for r in await app.list_runs(queue="q", status="running")] == [2, 1, 0]
+        assert await app.list_runs(queue="other") == []
+
+
+async def test_per_key_limit_passes_over_a_full_key(db_url: str) -> None:
+    app, job = _app(db_url, per_key=1)
+    async with app:
+        await _declare(app)
+        for k, key in enumerate(["a", "a", "a", "b", "a", "c"]):
+            await job.start(k, concurrency_key=key)
+        assert sorted(await _claim(app, 10)) == ["0", "3", "5"]  # one per key
+        assert await _claim(app, 10) == []  # every key full
+        await job.start(9)  # no key: only the queue's limits apply
+        assert await _claim(app, 10) == ["9"]
+
+
+async def test_rate_counts_first_claims_in_the_window(db_url: str) -> None:
+    app, job = _app(db_url, rate="2/1h")
+    async with app:
+        await _declare(app)
+        for k in range(4):
+            await job.start(k)
+        assert set(await _claim(app, 10)) == {"0", "1"}
+        assert await _claim(app, 10) == []
+        next_at, now = await QueueClaims(app.store).next_at("q", PAIR)
+        assert next_at is not None and next_at > now  # a lease's end, or the window's
+
+
+async def test_priority_first_then_fifo(db_url: str) -> None:
+    app, job = _app(db_url, concurrency=10, priority=True)
+    async with app:
+        await _declare(app)
+        for k, prio in enumerate([0, 5, 1, 5, 0, 9]):
+            await job.start(k, priority=prio)
+        assert set(await _claim(app, 2)) == {"5", "1"}
+        assert set(await _claim(app, 3)) == {"3", "2", "0"}
+        assert set(await _claim(app, 3)) == {"4"}
+
+
+async def test_a_parked_run_holds_no_slot(db_url: str) -> None:
+    app = Durably(db_url)
+    q = app.queue("q", concurrency=1)
+
+    @app.workflow(name="sleepy", queue=q)
+    async def sleepy(ctx: Any, k: int) -> int:
+        if k == 0:
+            await ctx.step.wait_for_signal("go")
+        return k
+
+    async with app, app.worker(concurrency=4):
+        first = await sleepy.start(0)
+        await eventually(first.status, what="the first run")
+        await eventually(lambda: _is(first.status(), "waiting"), what="the first run to wait")
+        second = await sleepy.start(1)
+        assert await second.result(timeout=scaled(15)) == 1  # ran while the first waited
+        assert await first.status() == "waiting"
+        await app.send_signal("go")
+        assert await first.result(timeout=scaled(15)) == 0
+
+
+async def test_bad_declarations_and_options_are_refused(db_url: str) -> None:
+    app = Durably(db_url)
+    for bad in ({"concurrency": 0}, {"per_key": -1}, {"rate": "ten per minute"},
+                {"rate": "0/1m"}, {"rate": "5/0s"}, {"concurrency": 2.5}):  # fmt: skip
+        with pytest.raises(ConfigurationError):
+            app.queue("q", **bad)
+    with pytest.raises(ConfigurationError, match="unknown queue"):
+        app.workflow(name="x", queue="nope")
+    plain_q = app.queue("plain", concurrency=2)
+    with pytest.raises(ConfigurationError, match="already declared"):
+        app.queue("plain", concurrency=3)
+
+    @app.workflow(name="plain", queue=plain_q)
+    async def plain(ctx: Any) -> None:
+        return None
+
+    @app.workflow(name="free")
+    async def free(ctx: Any) -> None:
+        return None
+
+    async with app:
+        with pytest.raises(InvalidInput, match="priority=True"):
+            await plain.start(priority=3)
+        with pytest.raises(InvalidInput, match="has no queue"):
+            await free.start(concurrency_key="k")
+        assert await app.list_runs() == []
+    assert parse_rate("10/1m") == (10, 60.0)
+    assert parse_rate("3/s") == (3, 1.0)
+
+
+async def test_a_dead_workers_runs_are_taken_over_in_a_full_queue(db_url: str) -> None:
+    app, job = _app(db_url, concurrency=1)
+    async with app:
+        await _declare(app)
+        await job.start(0)
+        await job.start(1)
+        rows = await QueueClaims(app.store).claim("q", "dead", PAIR, 5, 0.2)
+        assert [r["input"] for r in rows] == ["0"]
+        assert await _claim(app, 5, "alive") == []  # full: "dead" holds the slot
+
+        async def taken() -> list[str]:
+            return await _claim(app, 5, "alive")
+
+        assert await eventually(taken, timeout=5, what="the expired run") == ["0"]
+        run = (await app.list_runs(queue="q", status="running"))[0]
+        assert run.worker_id == "alive" and run.input == 0
