@@ -1,0 +1,134 @@
+"""Operating runs (§4.18): resume and fork, on both backends."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from durably import Durably, InvalidInput, RetryPolicy, RunNotFound, WorkflowNotFound
+from tests.helpers import duration, eventually, scaled
+
+TWICE = RetryPolicy(max_attempts=2, initial_interval="10ms")
+
+
+async def _status(app: Durably, run_id: str) -> str:
+    return (await app.get_run(run_id)).status
+
+
+async def test_resume_continues_a_failed_run_from_its_last_completed_step(db_url: str) -> None:
+    app = Durably(db_url)
+    ran: Counter[str] = Counter()
+    fixed = False
+
+    def body(name: str) -> str:
+        ran[name] += 1
+        if name == "charge" and not fixed:
+            raise RuntimeError("card declined")
+        return name
+
+    @app.workflow(name="order", version="v1")
+    async def order(ctx: Any) -> list[str]:
+        first = await ctx.step.run("reserve", body, "reserve")
+        await ctx.step.sleep("pause", "10ms")
+        second = await ctx.step.run("charge", body, "charge", retry=TWICE)
+        return [first, second]
+
+    async with app, app.worker():
+        handle = await order.start()
+        run = await handle.wait(timeout=scaled(10))
+        assert run.status == "failed" and "card declined" in str(run.error)
+        assert ran == {"reserve": 1, "charge": 2}
+
+        fixed = True
+        resumed = await app.resume(handle.run_id)
+        assert resumed.status == "pending" and resumed.error is None
+        assert await handle.result(timeout=scaled(10)) == ["reserve", "charge"]
+        assert ran == {"reserve": 1, "charge": 3}  # a fresh budget; reserve never again
+        steps = [(s.step, s.attempt, s.status) for s in await app.list_steps(handle.run_id)]
+        assert ("charge", 3, "completed") in steps
+        assert [s for s in steps if s[0] == "reserve"] == [("reserve", 1, "completed")]
+
+        with pytest.raises(InvalidInput, match="is completed: only a failed or canceled"):
+            await app.resume(handle.run_id)
+        with pytest.raises(RunNotFound):
+            await app.resume("no-such-run")
+
+
+async def test_resume_a_canceled_run_waits_again(db_url: str) -> None:
+    app = Durably(db_url)
+    ran: Counter[str] = Counter()
+
+    def body() -> str:
+        ran["first"] += 1
+        return "first"
+
+    @app.workflow(name="waiter", version="v1")
+    async def waiter(ctx: Any) -> list[Any]:
+        first = await ctx.step.run("first", body)
+        got = await ctx.step.wait_for_signal("go", timeout=duration(30))
+        return [first, got]
+
+    async with app, app.worker():
+        handle = await waiter.start()
+        await eventually(lambda: _is(app, handle.run_id, "waiting"), what="the wait")
+        await app.cancel(handle.run_id)
+        with pytest.raises(InvalidInput, match="is pending"):
+            await app.resume((await waiter.start(available_at="+1h")).run_id)
+        await app.resume(handle.run_id)
+        await eventually(lambda: _is(app, handle.run_id, "waiting"), what="waiting again")
+        sent = await app.send_signal("go", 7)
+        assert sent["delivered_to"] == [handle.run_id]
+        assert await handle.result(timeout=scaled(10)) == ["first", 7]
+        assert ran["first"] == 1
+
+
+async def _is(app: Durably, run_id: str, status: str) -> bool:
+    return await _status(app, run_id) == status
+
+
+async def test_fork_copies_the_first_steps_onto_a_new_version(db_url: str) -> None:
+    app = Durably(db_url)
+    ran: Counter[str] = Counter()
+
+    def body(name: str) -> str:
+        ran[name] += 1
+        return name
+
+    @app.workflow(name="pipeline", version="v1")
+    async def v1(ctx: Any, tag: str) -> list[str]:
+        a = await ctx.step.run("a", body, "a")
+        b = await ctx.step.run("b", body, "b")
+        c = await ctx.step.run("c", body, "c-old")
+        return [tag, a, b, c]
+
+    @app.workflow(name="pipeline", version="v2")
+    async def v2(ctx: Any, tag: str) -> list[str]:
+        a = await ctx.step.run("a", body, "a")
+        b = await ctx.step.run("b", body, "b")
+        c = await ctx.step.run("c", body, "c-new")
+        return [tag, a, b, c]
+
+    async with app, app.worker():
+        old = await v1.start("t")
+        assert await old.result(timeout=scaled(10)) == ["t", "a", "b", "c-old"]
+        before = len(await app.list_runs())
+        for bad in (-1, 4):
+            with pytest.raises(InvalidInput, match="has 3 completed steps"):
+                await app.fork(old.run_id, from_position=bad, version="v2")
+        with pytest.raises(WorkflowNotFound):
+            await app.fork(old.run_id, from_position=1, version="v9")
+        with pytest.raises(RunNotFound):
+            await app.fork("nope", from_position=1)
+        assert len(await app.list_runs()) == before  # nothing was written
+
+        forked = await app.fork(old.run_id, from_position=2, version="v2")
+        assert forked.run_id != old.run_id
+        assert await forked.result(timeout=scaled(10)) == ["t", "a", "b", "c-new"]
+        assert ran == {"a": 1, "b": 1, "c-old": 1, "c-new": 1}
+        assert (await forked.get()).version == "v2"
+
+        same = await app.fork(old.run_id, from_position=0)
+        assert await same.result(timeout=scaled(10)) == ["t", "a", "b", "c-old"]
+        assert ran == {"a": 2, "b": 2, "c-old": 2, "c-new": 1}
