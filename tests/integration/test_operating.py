@@ -132,3 +132,53 @@ async def test_fork_copies_the_first_steps_onto_a_new_version(db_url: str) -> No
         same = await app.fork(old.run_id, from_position=0)
         assert await same.result(timeout=scaled(10)) == ["t", "a", "b", "c-old"]
         assert ran == {"a": 2, "b": 2, "c-old": 2, "c-new": 1}
+
+
+async def test_patched_is_false_for_history_recorded_before_the_patch(db_url: str) -> None:
+    app = Durably(db_url)
+    code = {"version": "old"}
+    paths: list[tuple[str, str]] = []
+
+    def body(name: str) -> str:
+        return name
+
+    @app.workflow(name="evolving", version="v1")
+    async def evolving(ctx: Any) -> list[Any]:
+        out = [await ctx.step.run("a", body, "a")]
+        if code["version"] == "new" and await ctx.patched("before-wait"):
+            out.append(await ctx.step.run("new-before", body, "new-before"))
+        elif code["version"] == "cleaned":
+            ctx.deprecate_patch("before-wait")
+            out.append(await ctx.step.run("new-before", body, "new-before"))
+        out.append(await ctx.step.wait_for_signal(f"go:{ctx.run_id}", timeout=duration(30)))
+        if code["version"] != "old":
+            took = await ctx.patched("after-wait")
+            paths.append((ctx.run_id, "after-wait" if took else "old"))
+            if took:
+                out.append(await ctx.step.run("new-after", body, "new-after"))
+        out.append(await ctx.step.run("b", body, "b"))
+        return out
+
+    async with app:
+        async with app.worker():
+            old = await evolving.start()
+            await eventually(lambda: _is(app, old.run_id, "waiting"), what="old run parked")
+        code["version"] = "new"
+        async with app.worker():
+            new = await evolving.start()
+            await eventually(lambda: _is(app, new.run_id, "waiting"), what="new run parked")
+            await app.send_signal(f"go:{old.run_id}", 1)
+            assert await old.result(timeout=scaled(10)) == ["a", 1, "new-after", "b"]
+        code["version"] = "cleaned"  # every run now takes the new path before the wait
+        async with app.worker():
+            await app.send_signal(f"go:{new.run_id}", 2)
+            assert await new.result(timeout=scaled(10)) == [
+                "a", "new-before", 2, "new-after", "b"]  # fmt: skip
+            fresh = await evolving.start()
+            await eventually(lambda: _is(app, fresh.run_id, "waiting"), what="fresh run parked")
+            await app.send_signal(f"go:{fresh.run_id}", 3)
+            assert await fresh.result(timeout=scaled(10)) == [
+                "a", "new-before", 3, "new-after", "b"]  # fmt: skip
+    kinds = [(s.step, s.kind) for s in await app.list_steps(new.run_id)]
+    assert ("before-wait", "patch") in kinds and ("after-wait", "patch") in kinds
+    assert [s.kind for s in await app.list_steps(fresh.run_id)].count("patch") == 1

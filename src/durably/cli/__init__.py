@@ -6,7 +6,7 @@ import os
 
 import typer
 
-from . import admin, runs
+from . import admin, operating, runs
 from ._common import Options
 
 app = typer.Typer(
@@ -36,6 +36,7 @@ def _global(
 
 admin.register(app)
 runs.register(app)
+operating.register(app)
 
 
 def main() -> None:
