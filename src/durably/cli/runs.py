@@ -137,17 +137,22 @@ def list_runs(
 
 def show(
     ctx: typer.Context,
-    run_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help="a run id, or a unique prefix of 8+ characters"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Show a run and its step attempts as a timeline."""
+    """Show a run (its id, or 8+ first characters of it), its step attempts as a timeline
+    and the latest value of each event it set."""
     durably = options(ctx).load(read_only=True)
 
     async def go() -> Any:
-        return await durably.get_run(run_id), await durably.list_steps(run_id)
+        found = await durably.run_id_from_prefix(run_id)
+        return (await durably.get_run(found), await durably.list_steps(found),
+                await durably.list_events(found))  # fmt: skip
 
-    r, steps = run(go(), durably)
+    r, steps, events = run(go(), durably)
     if json_out:
-        print_json({"run": r.to_dict(), "steps": [s.to_dict() for s in steps]})
+        print_json({"run": r.to_dict(), "steps": [s.to_dict() for s in steps],
+                    "events": events})  # fmt: skip
     else:
         _render.timeline(r, steps)
+        _render.events(events)

@@ -528,7 +528,7 @@ FROM {schema}.step_attempts WHERE id = :id
 RETURNING id;
 
 -- name: find_runs_by_prefix
-SELECT id FROM {schema}.runs WHERE id LIKE :prefix || '%' ORDER BY id LIMIT 10;
+SELECT id FROM {schema}.runs WHERE starts_with(id, :prefix) ORDER BY id LIMIT 10;
 
 -- name: set_event
 -- A fenced write of an event step; its NOTIFY wakes `get_event` callers.

@@ -1,0 +1,46 @@
+"""An app for operating runs with real worker processes (§4.18): resume, fork, patching.
+
+Configured by environment: DURABLY_DATABASE_URL; PATCHED=1 runs the code after a deploy
+that added two patches; FIXED=1 makes `charge` succeed; RAN_LOG, a file each step body
+appends "run_id step" to (what ran, across processes).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from durably import Durably, RetryPolicy, StepContext
+
+app = Durably(os.environ.get("DURABLY_DATABASE_URL", "sqlite:///durably.db"))
+PATCHED = os.environ.get("PATCHED") == "1"
+FIXED = os.environ.get("FIXED") == "1"
+TWICE = RetryPolicy(max_attempts=2, initial_interval="10ms")
+
+
+def body(ctx: StepContext, value: Any) -> Any:
+    with open(os.environ["RAN_LOG"], "a") as out:
+        out.write(f"{ctx.run_id} {ctx.step}\n")
+    if ctx.step == "charge" and not FIXED:
+        raise RuntimeError("card declined")
+    return value
+
+
+@app.workflow(name="order", version="v1")
+async def order(ctx: Any, n: int) -> list[Any]:
+    out = [await ctx.step.run("reserve", body, n)]
+    if PATCHED and await ctx.patched("pre-check"):
+        out.append(await ctx.step.run("pre-check", body, "checked"))
+    out.append(await ctx.step.wait_for_signal(f"go:{n}", timeout="60s"))
+    if PATCHED and await ctx.patched("audit"):
+        out.append(await ctx.step.run("audit", body, "audited"))
+    out.append(await ctx.step.run("charge", body, "charged", retry=TWICE))
+    return out
+
+
+@app.workflow(name="order", version="v2")
+async def order_v2(ctx: Any, n: int) -> list[Any]:
+    out = [await ctx.step.run("reserve", body, n)]
+    out.append(await ctx.step.wait_for_signal(f"go:{n}", timeout="60s"))
+    out.append(await ctx.step.run("charge-v2", body, "charged-v2"))
+    return out
