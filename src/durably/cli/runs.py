@@ -73,23 +73,26 @@ def signal(
     data_text: str | None = typer.Option(None, "--data", help="JSON, or @file"),
     idempotency_key: str | None = typer.Option(None, "--idempotency-key"),
     run_id: str | None = typer.Option(None, "--run", help="address one run"),
+    expires: str | None = typer.Option(None, "--expires", help="drop it unread after (1d)"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Send a durable signal; prints {"delivered_to", "buffered", "duplicate"}."""
     data = parse_json(data_text, "--data")
     durably = options(ctx).load()
 
-    result = run(
-        durably.send_signal(name, data, idempotency_key=idempotency_key, run_id=run_id), durably
-    )
+    result = run(durably.send_signal(
+        name, data, idempotency_key=idempotency_key, run_id=run_id, expires=expires
+    ), durably)  # fmt: skip
     if json_out:
         print_json(result)
     elif result["duplicate"]:
         typer.echo("duplicate: this idempotency key was sent before; nothing new was sent")
     elif result["delivered_to"]:
         typer.echo(f"delivered to {', '.join(result['delivered_to'])}")
-    else:
-        typer.echo("buffered: no run is waiting; the next wait for it receives it")
+    else:  # name the buffer: a typo in the name shows here, not as a run waiting forever
+        typer.echo(f"buffered: no run is waiting for {name!r}; the next "
+                   f"wait_for_signal({name!r}) receives it (`durably signals --name "
+                   f"{name}` lists it)")  # fmt: skip
 
 
 def cancel(
