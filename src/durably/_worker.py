@@ -18,6 +18,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from . import _retention
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
 from ._execution import Execution
@@ -94,6 +95,7 @@ class Worker:
         await self._open_with_backoff()
         stop_listening = await self.app.connector.listen(self._on_message)
         beat = asyncio.create_task(self._heartbeat_loop(), name="durably-heartbeat")
+        housekeeping = _retention.start(self, self._stopping)
         watchdog = LoopWatchdog(loop, threshold=max(1.0, min(5.0, self.heartbeat_s)))
         watchdog.start()
         log.info("worker %s started (%d slots)", self.worker_id, self.concurrency)
@@ -102,7 +104,7 @@ class Worker:
             await self._drain()
         finally:
             watchdog.stop()
-            checks = [t for t in (beat, self._check_task) if t is not None]
+            checks = [t for t in (beat, self._check_task, housekeeping) if t is not None]
             for task in checks:
                 task.cancel()
             await asyncio.gather(*checks, return_exceptions=True)
