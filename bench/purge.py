@@ -76,7 +76,7 @@ async def _fill(url: str, finished: int, steps: int) -> None:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                 for statement in PG_FILL.format(s=SCHEMA).split(";\n"):
                     if statement.strip():
-                        await conn.execute(statement,  # type: ignore[arg-type]
+                        await conn.execute(statement,
                                            {"lo": lo, "hi": hi, "steps": steps})  # fmt: skip
 
 

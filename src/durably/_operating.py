@@ -52,9 +52,7 @@ class OperatingApi:
         await self.open()
         return await self.operations.resume(run_id)
 
-    async def fork(
-        self, run_id: str, from_position: int, version: str | None = None
-    ) -> RunHandle:
+    async def fork(self, run_id: str, from_position: int, version: str | None = None) -> RunHandle:
         """Start a new run whose history is the first `from_position` completed steps of
         run `run_id` (counted from 1 in history order; sleeps and waits count,
         compensations do not), with the same input, on `version` (default: the old one's).
@@ -97,9 +95,7 @@ class OperatingApi:
 
     # ----------------------------------------------------------------- events
 
-    async def get_event(
-        self, run_id: str, key: str, timeout: Duration | None = None
-    ) -> Any:
+    async def get_event(self, run_id: str, key: str, timeout: Duration | None = None) -> Any:
         """The latest value run `run_id` set for `key` (`ctx.step.set_event`); if it has
         set none yet, wait for the first (None once `timeout` has passed).
 

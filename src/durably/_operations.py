@@ -18,6 +18,7 @@ from ._models import TERMINAL, Run
 from ._records import Lease, NewRun
 from ._replay import History
 from ._store import Store
+from .backends import Row
 
 RESUMABLE = ("failed", "canceled")
 PURGE_BATCH = 500
@@ -110,9 +111,7 @@ class Operations:
             raise RunNotFound(f"no run with id or prefix {prefix!r}")
         if len(found) > 1:
             more = " …" if len(found) == 10 else ""
-            raise InvalidInput(
-                f"run id prefix {prefix!r} is ambiguous: {', '.join(found)}{more}"
-            )
+            raise InvalidInput(f"run id prefix {prefix!r} is ambiguous: {', '.join(found)}{more}")
         return str(found[0])
 
     # ----------------------------------------------------------------- events
@@ -144,19 +143,10 @@ class Operations:
             "list_signals", namespace=self.store.namespace, name=name, pending=pending,
             limit=limit,
         )  # fmt: skip
-        return [
-            Signal(
-                id=r["id"], name=r["name"], data=decode(r["data"]), created_at=r["created_at"],
-                expires_at=r["expires_at"], consumed_by=r["consumed_by"],
-                buffered=bool(r["buffered"]), delivered_to=decode(r["delivered_to"]) or [],
-            )  # fmt: skip
-            for r in rows
-        ]
+        return [_signal(r) for r in rows]
 
     async def delete_signal(self, signal_id: int) -> None:
-        rows = await self.db.fetch(
-            "delete_signal", namespace=self.store.namespace, id=signal_id
-        )
+        rows = await self.db.fetch("delete_signal", namespace=self.store.namespace, id=signal_id)
         if not rows:
             raise SignalNotFound(f"no signal with id {signal_id}")
 
@@ -194,3 +184,11 @@ class Operations:
         """Whether `holder` runs job `name` now (nobody else will for `every_s`)."""
         rows = await self.db.fetch("take_maintenance", name=name, holder=holder, every_s=every_s)
         return bool(rows)
+
+
+def _signal(r: Row) -> Signal:
+    return Signal(
+        id=r["id"], name=r["name"], data=decode(r["data"]), created_at=r["created_at"],
+        expires_at=r["expires_at"], consumed_by=r["consumed_by"],
+        buffered=bool(r["buffered"]), delivered_to=decode(r["delivered_to"]) or [],
+    )  # fmt: skip

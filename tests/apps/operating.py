@@ -44,3 +44,11 @@ async def order_v2(ctx: Any, n: int) -> list[Any]:
     out.append(await ctx.step.wait_for_signal(f"go:{n}", timeout="60s"))
     out.append(await ctx.step.run("charge-v2", body, "charged-v2"))
     return out
+
+
+@app.workflow(name="report", version="v1")
+async def report(ctx: Any, parts: int) -> int:
+    for part in range(1, parts + 1):
+        await ctx.step.run(f"part-{part}", lambda: part)
+        await ctx.step.set_event("progress", {"done": part, "of": parts})
+    return parts

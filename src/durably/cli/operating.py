@@ -60,7 +60,7 @@ def fork(
 def purge(
     ctx: typer.Context,
     older_than: str = typer.Option(..., "--older-than", help="e.g. 30d, 12h, 0s"),
-    status: list[str] | None = typer.Option(None, "--status", help="repeatable"),  # noqa: B008
+    status: list[str] | None = typer.Option(None, "--status", help="repeatable"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Delete finished runs older than --older-than, their steps and consumed signals."""

@@ -10,6 +10,7 @@ from .._durations import parse_instant
 from .._errors import ConfigurationError
 from . import _render
 from ._common import fail, options, parse_json, print_json, run
+from ._progress import wait_with_progress
 
 
 def register(app: typer.Typer) -> None:
@@ -37,7 +38,9 @@ def start(
     idempotency_key: str | None = typer.Option(None, "--idempotency-key"),
     available_at: str | None = typer.Option(None, "--available-at", help="ISO time or +5s"),
     deadline_at: str | None = typer.Option(None, "--deadline-at", help="ISO time or +1h"),
-    wait: bool = typer.Option(False, "--wait", help="wait until the run has finished"),
+    wait: bool = typer.Option(
+        False, "--wait", help="wait until the run has finished, showing its progress on stderr"
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Start a run; prints {"run_id", "status", "version"}."""
@@ -52,7 +55,7 @@ def start(
             available_at=when, deadline_at=deadline,
         )  # fmt: skip
         if wait:
-            return await handle.wait()
+            return await wait_with_progress(durably, handle.run_id)
         return handle.run or await handle.get()
 
     r = run(go(), durably)
