@@ -20,6 +20,7 @@ def test_exported_names() -> None:
         "StepAttempt", "StepContext", "StepFailedError", "SyncDurably", "Worker", "Workflow",
         "WorkflowContext", "WorkflowNotFound", "WorkflowTimeoutError", "parse_duration",
         "ChildHandle", "StepLimitExceeded", "StepTimeout", "WorkflowMisuseError",
+        "SignalNotFound",
     ])  # fmt: skip
     for name in durably.__all__:
         assert getattr(durably, name).__doc__, f"{name} has no docstring"
