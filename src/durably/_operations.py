@@ -16,7 +16,7 @@ from ._codec import decode
 from ._errors import InvalidInput, LeaseLostError, RunNotFound, SignalNotFound
 from ._models import TERMINAL, Run
 from ._records import Lease, NewRun
-from ._replay import History
+from ._replay import History, Recorded
 from ._store import Store
 from .backends import Row
 
@@ -77,18 +77,22 @@ class Operations:
         self.db.notify_local("run")
         return Run.from_row(resumed[0])
 
-    async def fork_log(self, run: Run, from_position: int) -> list[int]:
-        """The ids of the first `from_position` completed steps of `run`'s log."""
+    async def completed_log(self, run: Run) -> list[tuple[int, Recorded]]:
+        """The completed steps of `run`'s log, in log order, with their record ids."""
         rows = await self.db.fetch("log_rows", run_id=run.run_id)
         ids = {(r["position"], r["attempt"]): r["id"] for r in rows}
         history = History(rows, max(run.attempts, 1))
-        completed = [r for r in history.log if r.completed]
+        return [(ids[(r.position, r.attempt)], r) for r in history.log if r.completed]
+
+    async def fork_log(self, run: Run, from_position: int) -> list[int]:
+        """The ids of the first `from_position` completed steps of `run`'s log."""
+        completed = await self.completed_log(run)
         if not 0 <= from_position <= len(completed):
             raise InvalidInput(
                 f"cannot fork run {run.run_id} from position {from_position}: its history "
                 f"has {len(completed)} completed steps (use 0 to {len(completed)})"
             )
-        return [ids[(r.position, r.attempt)] for r in completed[:from_position]]
+        return [step_id for step_id, _ in completed[:from_position]]
 
     async def fork(self, run: Run, from_position: int, new: NewRun) -> Run:
         steps = await self.fork_log(run, from_position)

@@ -46,9 +46,32 @@ async def order_v2(ctx: Any, n: int) -> list[Any]:
     return out
 
 
+def same(value: int) -> int:
+    return value
+
+
 @app.workflow(name="report", version="v1")
 async def report(ctx: Any, parts: int) -> int:
     for part in range(1, parts + 1):
-        await ctx.step.run(f"part-{part}", lambda: part)
+        await ctx.step.run(f"part-{part}", same, part)
         await ctx.step.set_event("progress", {"done": part, "of": parts})
     return parts
+
+
+@app.workflow(name="child", version="v1")
+async def child(ctx: Any, n: int) -> int:
+    return int(await ctx.step.run("double", same, n * 2))
+
+
+def explode() -> None:
+    if not FIXED:
+        raise ValueError("boom: the approval came but the charge could not be made, " * 3)
+
+
+@app.workflow(name="parent", version="v1")
+async def parent(ctx: Any, name: str) -> int:
+    got = await ctx.step.run_workflow(child, 21)
+    await ctx.step.set_event("stage", {"child": got})
+    await ctx.step.wait_for_signal(f"approve:{name}")
+    await ctx.step.run("explode", explode, retry=RetryPolicy(max_attempts=1))
+    return int(got)
