@@ -42,10 +42,10 @@ INSERT INTO {s}.runs (id, namespace, workflow, version, status, attempts, max_at
     created_at, finished_at, updated_at)
 SELECT 'old-' || g, 'default', 'bench', 'v1', 'completed', 1, 1,
     now() - interval '1 day', now() - interval '1 day', now()
-FROM generate_series(%(lo)s, %(hi)s) g;
+FROM generate_series(CAST(%(lo)s AS integer), CAST(%(hi)s AS integer)) g;
 INSERT INTO {s}.step_attempts (run_id, position, attempt, step, kind, status, fence, seq)
 SELECT 'old-' || g, p, 1, 'step' || p, 'function', 'completed', 1, p
-FROM generate_series(%(lo)s, %(hi)s) g, generate_series(1, %(steps)s) p;
+FROM generate_series(CAST(%(lo)s AS integer), CAST(%(hi)s AS integer)) g, generate_series(1, CAST(%(steps)s AS integer)) p;
 """
 
 SQLITE_FILL = """

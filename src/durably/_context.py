@@ -103,12 +103,13 @@ class WorkflowContext:
 
         return patched(self.step, patch_id)
 
-    def deprecate_patch(self, patch_id: str) -> None:
+    def deprecate_patch(self, patch_id: str) -> Awaitable[None]:
         """Once no run takes the old path of `patch_id`: keep only the new code, call this
-        where `patched(patch_id)` was, and runs that recorded the patch still replay."""
+        where `patched(patch_id)` was, and runs that recorded the patch still replay. It
+        takes effect at the call (awaiting it is allowed, not needed)."""
         from ._patching import deprecate_patch
 
-        deprecate_patch(self.step, patch_id)
+        return deprecate_patch(self.step, patch_id)
 
     async def gather(self, *aws: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
         """Await steps (or branches of steps) concurrently; their results in order."""

@@ -46,12 +46,16 @@ def patched(steps: StepApi, patch_id: str) -> asyncio.Future[Any]:
     return cmd.future
 
 
-def deprecate_patch(steps: StepApi, patch_id: str) -> None:
-    """Consume the marker `patched(patch_id)` recorded here, if there is one."""
+def deprecate_patch(steps: StepApi, patch_id: str) -> asyncio.Future[None]:
+    """Consume the marker `patched(patch_id)` recorded here, if there is one; done at once
+    (awaiting what it returns is allowed, and not needed)."""
     x: Execution = steps._x
     rec = x.history.recorded_at(x.next_position())
     if rec is not None and rec.kind == KIND and rec.step == patch_id:
         steps._issue(patch_id, KIND, _record_marker).awaited = True
+    done: asyncio.Future[None] = x.loop.create_future()
+    done.set_result(None)
+    return done
 
 
 async def _record_marker(x: Execution, cmd: Command) -> None:
