@@ -45,7 +45,8 @@ SELECT 'old-' || g, 'default', 'bench', 'v1', 'completed', 1, 1,
 FROM generate_series(CAST(%(lo)s AS integer), CAST(%(hi)s AS integer)) g;
 INSERT INTO {s}.step_attempts (run_id, position, attempt, step, kind, status, fence, seq)
 SELECT 'old-' || g, p, 1, 'step' || p, 'function', 'completed', 1, p
-FROM generate_series(CAST(%(lo)s AS integer), CAST(%(hi)s AS integer)) g, generate_series(1, CAST(%(steps)s AS integer)) p;
+FROM generate_series(CAST(%(lo)s AS integer), CAST(%(hi)s AS integer)) g,
+    generate_series(1, CAST(%(steps)s AS integer)) p;
 """
 
 SQLITE_FILL = """

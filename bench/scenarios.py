@@ -7,6 +7,7 @@ import asyncio
 import random
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -65,8 +66,8 @@ async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, 
         for k in range(runs):
             await app.start("bench", k)
         enqueue_s = time.perf_counter() - t0
-        async with app.worker(concurrency=concurrency):
-            while await _completed(app) < runs:
+        async with app.worker(concurrency=concurrency), _Completed(app) as completed:
+            while await completed() < runs:
                 await asyncio.sleep(0.05)
         span = await _span(app, url)
     return {
@@ -81,17 +82,38 @@ async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, 
     }
 
 
-async def _completed(app: Durably) -> int:
-    """Completed bench runs, counted by the database (not decoded here)."""
-    table = f"{SCHEMA}.runs" if app.url.startswith("postgres") else f"{SCHEMA}_runs"
-    query = f"SELECT count(*) FROM {table} WHERE workflow = 'bench' AND status = 'completed'"
-    if app.url.startswith("sqlite"):
-        import sqlite3
+class _Completed:
+    """Counts completed bench runs in the database, on one connection held throughout (a
+    connection per poll would cost the worker beside it more than the count does)."""
 
-        with sqlite3.connect(app.url.removeprefix("sqlite:///")) as lite:
-            return int(lite.execute(query).fetchone()[0])
-    async with await psycopg.AsyncConnection.connect(app.url) as conn:
-        row = await (await conn.execute(query)).fetchone()
+    def __init__(self, app: Durably) -> None:
+        table = f"{SCHEMA}.runs" if app.url.startswith("postgres") else f"{SCHEMA}_runs"
+        self._query = (
+            f"SELECT count(*) FROM {table} WHERE workflow = 'bench' AND status = 'completed'"
+        )
+        self._url = app.url
+        self._conn: Any = None
+
+    async def __aenter__(self) -> Callable[[], Awaitable[int]]:
+        if self._url.startswith("sqlite"):
+            import sqlite3
+
+            self._conn = sqlite3.connect(self._url.removeprefix("sqlite:///"))
+        else:
+            self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        return self._count
+
+    async def __aexit__(self, *exc: object) -> None:
+        if isinstance(self._conn, psycopg.AsyncConnection):
+            await self._conn.close()
+        else:
+            self._conn.close()
+
+    async def _count(self) -> int:
+        if isinstance(self._conn, psycopg.AsyncConnection):
+            row = await (await self._conn.execute(self._query)).fetchone()
+        else:
+            row = self._conn.execute(self._query).fetchone()
         return int(row[0]) if row else 0
 
 

@@ -21,6 +21,8 @@ from tests.processes import Processes
 
 PG_URL = os.environ.get("DURABLY_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 
+pytest_plugins = ["durably.testing.pytest_plugin"]  # the `env` fixture users get
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import logging
 import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,9 +15,9 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 
-from durably import DurablyError, RunNotFound, RunTerminalError
+from durably import DurablyError, RunNotFound, RunTerminalError, parse_duration
 
-from . import library, view
+from . import library, naming, view
 from .torrents import BadSource, resolve
 from .workflow import Order, acquire, app
 
@@ -36,6 +38,8 @@ def _run(coro: Any) -> Any:
         fail(str(exc), 2 if isinstance(exc, RunNotFound) else 1)
     except DurablyError as exc:
         fail(str(exc), 1)
+    except KeyboardInterrupt:  # Ctrl-C ends `status --watch` (or a worker) quietly
+        raise typer.Exit(130) from None
 
 
 def _check_destination(path: Path) -> None:
@@ -46,48 +50,83 @@ def _check_destination(path: Path) -> None:
         fail(f"the library directory {path} is not writable")
 
 
-def validate_order(source: str, to: Path, order_id: str, client: str, retention: str) -> Order:
+def _release_name(source: str, client: str) -> str | None:
+    if client == "local":
+        return Path(source).name
+    try:
+        return resolve(source).name or None
+    except BadSource as exc:
+        fail(str(exc))
+    return None
+
+
+def _check_naming(order: Order) -> None:
+    """A template that needs a title or year the release name does not give: exit 2 now."""
+    if order.template is None:
+        return
+    used = naming.check_template(order.template) & {"title", "year"}
+    missing = {f for f in used if getattr(order, f) is None}
+    name = _release_name(order.source, order.client) if missing else None
+    if not missing or name is None:
+        return
+    parsed = naming.parse_release(name)
+    still = sorted(f for f in missing if f not in parsed)
+    if still:
+        fail(f"the template needs the {' and '.join(still)}, which the release name "
+             f"{name!r} does not give: pass --{still[0]}")  # fmt: skip
+
+
+def validate_order(source: str, to: Path, order_id: str, client: str, **options: Any) -> Order:
     """The order, or a clear error (exit 2) and nothing started."""
     try:
         order = Order.model_validate(
-            {
-                "id": order_id,
-                "source": source,
-                "client": client,
-                "library": str(to.resolve()),
-                "retention": retention,
-            }
-        )
+            {"id": order_id, "source": source, "client": client, "library": str(to.resolve()),
+             **{k: v for k, v in options.items() if v is not None}}
+        )  # fmt: skip
     except ValidationError as exc:
         err = exc.errors()[0]
-        fail(f"invalid {'.'.join(map(str, err['loc']))}: {err['msg']}")
+        where = ".".join(map(str, err["loc"])).replace("_", "-")
+        fail(f"invalid {where}: {err['msg'].removeprefix('Value error, ')}")
     if client == "local":
-        if not Path(source).is_file():
+        if not Path(source).exists():
             fail(f"the source file {source} does not exist")
         order = order.model_copy(update={"source": str(Path(source).resolve())})
     else:
-        try:
-            resolve(source)
-        except BadSource as exc:
-            fail(str(exc))
+        _release_name(source, client)  # a bad source fails here
     _check_destination(to)
+    _check_naming(order)
     return order
 
 
 @cli.command()
 def add(
-    source: str = typer.Argument(..., help="magnet link, .torrent path or URL, or a file"),
+    source: str = typer.Argument(..., help="magnet link, .torrent path or URL, or a file/folder"),
     to: Path = typer.Option(..., "--to", help="the library directory"),
     order_id: str | None = typer.Option(None, "--id", help="default: a new id"),
     client: str = typer.Option(os.environ.get("ACQUIRE_CLIENT", "qbittorrent"), "--client",
                                help="qbittorrent or local"),
-    retention: str = typer.Option("7 days", "--retention", help="seed this long, then clean"),
+    retention: str = typer.Option("7 days", "--retention",
+                                  help="seed this long, then clean (without a seeding goal)"),
+    link: str = typer.Option("auto", "--link", help="auto (hard link if possible), hardlink, copy"),
+    template: str | None = typer.Option(None, "--template",
+                                        help='e.g. "{title} ({year})/{title} ({year}){ext}"'),
+    title: str | None = typer.Option(None, "--title", help="default: from the release name"),
+    year: int | None = typer.Option(None, "--year", help="default: from the release name"),
+    seed_ratio: float | None = typer.Option(None, "--seed-ratio", help="clean up at this ratio"),
+    seed_time: str | None = typer.Option(None, "--seed-time",
+                                         help="clean up after seeding this long"),
+    stall: str | None = typer.Option(None, "--stall", help="fail after no progress this long"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:  # fmt: skip
     """Start acquiring SOURCE into the library directory."""
     if client not in ("qbittorrent", "local"):
         fail("--client must be qbittorrent or local")
-    order = validate_order(source, to, order_id or uuid.uuid4().hex[:12], client, retention)
+    if link not in ("auto", "hardlink", "copy"):
+        fail("--link must be auto, hardlink or copy")
+    order = validate_order(source, to, order_id or uuid.uuid4().hex[:12], client,
+                           retention=retention, link=link, template=template, title=title,
+                           year=year, seed_ratio=seed_ratio, seed_time=seed_time,
+                           stall=stall)  # fmt: skip
     library.ensure_tables(app.url)
 
     async def go() -> Any:
@@ -101,27 +140,79 @@ def add(
         typer.echo(f"order {order.id}: run {handle.run_id} started")
 
 
+def _live(run: Any, steps: list[Any]) -> dict[str, Any] | None:
+    """The client's view of a download in progress (None when it cannot be had)."""
+    sub = view.submitted(steps)
+    if sub is None or view.state_of(run, steps) != "downloading":
+        return None
+    from .clients import client_for
+
+    try:
+        st = client_for(sub["client"]).status(sub["hash"], (run.input or {}).get("source"))
+    except Exception:  # a display only: a client that is away shows as no live data
+        return None
+    return {"progress": st.progress, "speed": st.speed, "eta": st.eta} if st.exists else None
+
+
+async def _orders(order_id: str | None) -> list[tuple[Any, list[Any], dict[str, Any]]]:
+    async with app:
+        runs = await app.list_runs(workflow="acquire", limit=1000)
+        if order_id is not None:
+            runs = [r for r in runs if (r.input or {}).get("id") == order_id]
+            if not runs:
+                raise RunNotFound(f"no order with id {order_id!r}")
+        found = []
+        for r in runs:
+            steps = await app.list_steps(r.run_id)
+            live = await asyncio.to_thread(_live, r, steps)
+            found.append((r, steps, view.order_doc(r, steps, live)))
+        return found
+
+
 @cli.command()
 def status(
     order_id: str | None = typer.Argument(None, help="one order; default: all"),
+    watch: bool = typer.Option(False, "--watch", help="refresh in place until Ctrl-C"),
+    every: str = typer.Option("2s", "--every", help="refresh interval with --watch"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Show orders: the run's status, steps and download progress."""
-
-    async def go() -> Any:
-        async with app:
-            runs = await app.list_runs(workflow="acquire", limit=1000)
-            if order_id is not None:
-                runs = [r for r in runs if (r.input or {}).get("id") == order_id]
-                if not runs:
-                    raise RunNotFound(f"no order with id {order_id!r}")
-            return [(r, await app.list_steps(r.run_id)) for r in runs]
-
-    found = _run(go())
+    """List orders: state, progress, speed and ETA (one line each); `--watch` refreshes."""
+    if watch:
+        if json_out:
+            fail("--watch and --json do not go together")
+        try:
+            seconds = parse_duration(every).total_seconds()
+        except DurablyError as exc:
+            fail(f"invalid --every: {exc}")
+        _run(_watch(order_id, seconds))
+        return
+    found = _run(_orders(order_id))
+    docs = [doc for _, _, doc in found]
     if json_out:
-        typer.echo(json.dumps([view.order_doc(r, s) for r, s in found], default=str))
+        typer.echo(json.dumps(docs, default=str))
     else:
-        view.print_orders(found, detail=order_id is not None)
+        view.print_orders([(r, s) for r, s, _ in found], docs, detail=order_id is not None)
+
+
+async def _watch(order_id: str | None, seconds: float) -> None:
+    """Redraw the orders table every `seconds` (in place on a terminal) until stopped."""
+    from rich.live import Live
+
+    console = view.console
+    if not console.is_terminal:  # a pipe or a log: one table after another
+        while True:
+            docs = [doc for _, _, doc in await _orders(order_id)]
+            console.print(view.orders_table(docs))
+            sys.stdout.flush()
+            await asyncio.sleep(seconds)
+    with Live(console=console, auto_refresh=False) as live:
+        try:
+            while True:
+                docs = [doc for _, _, doc in await _orders(order_id)]
+                live.update(view.orders_table(docs), refresh=True)
+                await asyncio.sleep(seconds)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            return
 
 
 @cli.command()
@@ -198,6 +289,8 @@ def demo(
 
 def main() -> None:
     """Entry point of the `acquire` script."""
+    if any(importlib.util.find_spec(m) is None for m in ("qbittorrentapi", "guessit")):
+        sys.exit('acquire is installed with its extra: pip install "durably[acquire]"')
     cli()
 
 

@@ -1,4 +1,4 @@
-"""`acquire demo`: the whole pipeline, live, on the embedded SQLite default."""
+"""`acquire demo`: a multi-file download imported with hard links, live, on SQLite."""
 
 from __future__ import annotations
 
@@ -10,27 +10,49 @@ from pathlib import Path
 
 from rich.live import Live
 
-from . import files, library, view
+from . import library, view
 from .workflow import Order, acquire, app
 
+RELEASE = "Big.Buck.Bunny.2008.1080p.BluRay.x264-DEMO"
+MODES = {"hardlink": "hard links (no second copy)", "copy": "atomic copies"}
+TEMPLATE = "{title} ({year})/{title} ({year}){ext}"
 
-def _make_source(path: Path, size_mb: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:
+
+def make_release(downloads: Path, size_mb: int) -> Path:
+    """A finished folder download: the film, its subtitles, and a sample to skip."""
+    root = downloads / RELEASE
+    (root / "Subs").mkdir(parents=True, exist_ok=True)
+    (root / "Sample").mkdir(exist_ok=True)
+    with (root / f"{RELEASE}.mkv").open("wb") as f:
         for _ in range(size_mb):
             f.write(os.urandom(1024 * 1024))
+    (root / f"{RELEASE}.en.srt").write_text("1\n00:00:01,000 --> 00:00:02,000\nHello\n")
+    (root / "Subs" / "French.srt").write_text("1\n00:00:01,000 --> 00:00:02,000\nBonjour\n")
+    (root / "Sample" / "sample.mkv").write_bytes(os.urandom(64 * 1024))
+    (root / "RARBG.txt").write_text("not a video\n")
+    return root
+
+
+def _tree(root: Path) -> list[str]:
+    lines = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            lines.append(f"  {p.relative_to(root)}  ({st.st_size} bytes, {st.st_nlink} links)")
+    return lines
 
 
 async def run_demo(size_mb: int, workdir: Path | None) -> None:
     console = view.console
     work = workdir or Path(tempfile.mkdtemp(prefix="acquire-demo-"))
-    source = work / "downloads" / "big-buck-bunny.mkv"
-    _make_source(source, size_mb)
+    source = make_release(work / "downloads", size_mb)
     order = Order(id=f"demo-{uuid.uuid4().hex[:8]}", source=str(source),
-                  library=str(work / "library"), client="local", retention="2s")  # fmt: skip
+                  library=str(work / "library"), client="local", retention="2s",
+                  link="auto", template=TEMPLATE)  # fmt: skip
     library.ensure_tables(app.url)
-    console.print(f"[bold]acquire demo[/] on {app.url}\n  source  {source} ({size_mb} MB)\n"
-                  f"  library {order.library}\n")  # fmt: skip
+    console.print(f"[bold]acquire demo[/] on {app.url}\n  source   {source}\n"
+                  f"           ({size_mb} MB film, two subtitles, a sample to skip)\n"
+                  f"  library  {order.library}\n  template {TEMPLATE}\n")  # fmt: skip
     async with app, app.worker(concurrency=2, lease="10s", heartbeat="2s"):
         handle = await acquire.start(order)
         notified = False
@@ -39,19 +61,22 @@ async def run_demo(size_mb: int, workdir: Path | None) -> None:
                 run = await handle.get()
                 steps = await app.list_steps(run.run_id)
                 live.update(view.steps_table(run, steps))
-                if not notified and (run.waiting_for or "").startswith("signal:"):
+                if not notified and steps:
                     # What qBittorrent's finish hook does: `acquire notify HASH`.
                     await app.send_signal(f"download-done:{order.id}", {"source": "demo hook"})
                     notified = True
                 if run.terminal:
                     break
                 await asyncio.sleep(0.1)
-    dest = Path(order.library) / source.name
-    same = dest.exists() and files.same_file(source, dest)
+    out = run.output or {}
     rows = [e for e in library.entries(app.url) if e["order_id"] == order.id]
-    console.print(f"\nrun {run.status}; library file {dest} "
-                  f"{'is identical to the source' if same else 'IS MISSING OR DIFFERENT'}; "
-                  f"{len(rows)} library row")  # fmt: skip
+    console.print(
+        f"\nrun {run.status}: {len(out.get('files', []))} files imported as "
+        f"{MODES.get(str(out.get('mode')), '?')}, {len(rows)} library row; the library now holds:"
+    )
+    for line in _tree(Path(order.library)):
+        console.print(line)
     console.print(f"see it again with: durably --database {app.url} show {run.run_id}")
-    if run.status != "completed" or not same or len(rows) != 1:
+    film = Path(order.library) / "Big Buck Bunny (2008)" / "Big Buck Bunny (2008).mkv"
+    if run.status != "completed" or not film.exists() or len(rows) != 1:
         raise SystemExit(1)

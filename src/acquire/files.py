@@ -8,6 +8,7 @@ is already there with the same content counts as done, so a copy re-run after a 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 from collections.abc import Callable
@@ -69,3 +70,48 @@ def atomic_copy(
     finally:
         tmp.unlink(missing_ok=True)
     return True
+
+
+def hard_link(src: Path, dest: Path) -> bool:
+    """Link `src` at `dest`; False if `dest` already is that file (or an identical one).
+
+    A link is made under its final name in one system call, so a crash leaves either no
+    entry or the whole file; the directory is fsynced so the entry survives a power cut.
+
+    Raises:
+        FileExistsError: `dest` exists with different content.
+    """
+    if dest.exists():
+        if os.path.samefile(src, dest) or same_file(src, dest):
+            return False
+        raise FileExistsError(f"{dest} already exists with different content")
+    os.link(src, dest)
+    _fsync_dir(dest.parent)
+    return True
+
+
+def existing_parent(path: Path) -> Path:
+    """`path`, or its nearest ancestor that exists."""
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def same_filesystem(a: Path, b: Path) -> bool:
+    """Whether a hard link from `a` can be made in `b` (or where `b` would be created)."""
+    return existing_parent(a).stat().st_dev == existing_parent(b).stat().st_dev
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes an unprivileged writer may still use on the filesystem holding `path`."""
+    st = os.statvfs(existing_parent(path))
+    return st.f_bavail * st.f_frsize
+
+
+def remove_stale_partials(dest: Path, keep: str) -> None:
+    """Remove temporary files an earlier, killed attempt left for `dest` (not `keep`'s)."""
+    if not dest.parent.is_dir():
+        return
+    for stale in dest.parent.glob(f".{glob.escape(dest.name)}.*.partial"):
+        if f".{keep}.partial" not in stale.name:
+            stale.unlink(missing_ok=True)

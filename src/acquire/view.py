@@ -1,4 +1,4 @@
-"""How orders look: JSON documents and rich tables."""
+"""How orders look: JSON documents and rich tables (state, progress, speed, ETA)."""
 
 from __future__ import annotations
 
@@ -13,21 +13,56 @@ from durably import Run, StepAttempt
 
 console = Console()
 COLOURS = {"pending": "yellow", "running": "cyan", "waiting": "blue", "completed": "green",
-           "failed": "red", "canceled": "magenta", "abandoned": "bright_black"}  # fmt: skip
+           "failed": "red", "canceled": "magenta", "abandoned": "bright_black",
+           "queued": "yellow", "downloading": "cyan", "importing": "cyan", "seeding": "blue",
+           "done": "green", "stalled": "red"}  # fmt: skip
+PHASES = {"submit-download": "submitting", "wait-download": "downloading",
+          "copy-file": "importing", "register": "importing", "retention": "seeding",
+          "seeding": "seeding", "cleanup": "cleaning up"}  # fmt: skip
 
 
-def _progress(steps: list[StepAttempt]) -> float | None:
-    checks = [s for s in steps if s.step == "check-download" and s.status == "completed"]
-    return float(checks[-1].output["progress"]) if checks else None
+def state_of(run: Run, steps: list[StepAttempt]) -> str:
+    """The order's state in words: queued, downloading, importing, seeding, done, stalled..."""
+    if run.status == "pending" and not steps:
+        return "queued"
+    if run.status == "completed":
+        return "done"
+    if run.status == "failed":
+        message = str((run.error or {}).get("message", ""))
+        return "stalled" if message.startswith("stalled") else "failed"
+    if run.status == "canceled":
+        return "canceled"
+    phases = [PHASES[s.step] for s in steps if s.step in PHASES]
+    return phases[-1] if phases else "queued"
 
 
-def order_doc(run: Run, steps: list[StepAttempt]) -> dict[str, Any]:
-    """One order as JSON: its run, where it is, and its download progress."""
-    current = steps[-1].step if steps else None
+def submitted(steps: list[StepAttempt]) -> dict[str, Any] | None:
+    """The submit step's output (client, hash), once it completed."""
+    for s in steps:
+        if s.step == "submit-download" and s.status == "completed":
+            return dict(s.output or {})
+    return None
+
+
+def order_doc(
+    run: Run, steps: list[StepAttempt], live: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One order as JSON: its run, state, progress, speed, ETA and library path.
+
+    Args:
+        live: the client's status of the download now (progress, speed, eta), if known.
+    """
+    state = state_of(run, steps)
+    progress = (live or {}).get("progress")
+    if state in ("importing", "seeding", "cleaning up", "done"):
+        progress = 1.0
     return {
         "id": (run.input or {}).get("id"), "run_id": run.run_id, "status": run.status,
-        "step": current, "progress": _progress(steps), "waiting_for": run.waiting_for,
-        "path": (run.output or {}).get("path"), "error": run.error,
+        "state": state, "step": steps[-1].step if steps else None, "progress": progress,
+        "speed": (live or {}).get("speed") if state == "downloading" else None,
+        "eta": (live or {}).get("eta") if state == "downloading" else None,
+        "waiting_for": run.waiting_for, "path": (run.output or {}).get("path"),
+        "error": run.error,
         "steps": [{"step": s.step, "status": s.status, "attempt": s.attempt} for s in steps],
     }  # fmt: skip
 
@@ -48,18 +83,41 @@ def steps_table(run: Run, steps: list[StepAttempt]) -> Table:
     return table
 
 
-def print_orders(found: list[tuple[Run, list[StepAttempt]]], detail: bool) -> None:
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def _eta(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    d, rest = divmod(int(seconds), 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    return f"{d}d{h:02d}h" if d else f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def orders_table(docs: list[dict[str, Any]]) -> Table:
+    """Every order on one line: state, progress, speed, ETA, library path or error."""
+    table = Table(title=f"{len(docs)} orders", title_justify="left")
+    for column in ("order", "state", "progress", "speed", "ETA", "library path / error"):
+        table.add_column(column, no_wrap=column != "library path / error")
+    for doc in docs:
+        progress = f"{doc['progress'] * 100:.1f}%" if doc["progress"] is not None else "-"
+        speed = f"{_size(doc['speed'])}/s" if doc["speed"] is not None else "-"
+        where = doc["path"] or (doc["error"] or {}).get("message") or ""
+        table.add_row(doc["id"], Text(doc["state"], COLOURS.get(doc["state"], "")), progress,
+                      speed, _eta(doc["eta"]), where)  # fmt: skip
+    return table
+
+
+def print_orders(found: list[tuple[Run, list[StepAttempt]]], docs: list[dict[str, Any]],
+                 detail: bool) -> None:  # fmt: skip
     if detail:
         for run, steps in found:
             console.print(steps_table(run, steps))
         return
-    table = Table(title=f"{len(found)} orders", title_justify="left")
-    for column in ("order", "status", "step", "progress", "library path / error"):
-        table.add_column(column)
-    for run, steps in found:
-        doc = order_doc(run, steps)
-        progress = f"{doc['progress'] * 100:.0f}%" if doc["progress"] is not None else "-"
-        where = doc["path"] or (run.error or {}).get("message") or ""
-        table.add_row(doc["id"], Text(run.status, COLOURS.get(run.status, "")),
-                      doc["step"] or "-", progress, where)  # fmt: skip
-    console.print(table)
+    console.print(orders_table(docs))

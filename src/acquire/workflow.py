@@ -1,25 +1,28 @@
-"""The workflow `acquire` (v1): submit → wait → copy → register → retention → cleanup.
+"""The workflow `acquire` (v1): submit → wait → import → register → seed → cleanup.
 
 Every step is written to be re-run after a crash at any point:
 - submit computes the info hash first and finds a torrent the client already took;
-- the wait is a durable signal (`download-done:<id>`, sent by `acquire notify` from
-  qBittorrent's finish hook) with a status check on a growing interval as fallback;
-- copy writes a temp file in the library, fsyncs and renames it; an identical file
-  already there counts as done;
+- the wait is a chain of child workflows (`acquire-watch`, see `acquire.watch`) that each
+  check the client a bounded number of times, so a download of any length never reaches
+  the run's step-attempt limit; the finish hook's signal (`download-done:<id>`, sent by
+  `acquire notify`) ends a wait at once; no progress for `stall` fails the run (stalled);
+- the import (`copy-file`, see `acquire.importer`) hard-links or atomically copies every
+  chosen file under its library name; a file already there counts as done;
 - register is one row, written in the same transaction as the step's record, so a worker
   that lost its lease cannot register;
+- seeding goals (ratio, time) are watched like the download; without one, `retention` is
+  a durable sleep;
 - cleanup removes the torrent and its data; an unknown torrent counts as removed.
+A run that fails or is canceled runs the compensation of submit: the torrent and its data
+are removed from the client.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import time
-from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from durably import (
     Durably,
@@ -27,24 +30,33 @@ from durably import (
     NonRetryableError,
     RetryPolicy,
     StepContext,
+    WorkflowContext,
     parse_duration,
 )
 
-from . import faults, files, library
+from . import importer, library, naming, watch
 from .clients import client_for
+from .watch import Watch
 
 app = Durably()  # DURABLY_DATABASE_URL, else the embedded sqlite:///durably.db
 ClientName = Literal["qbittorrent", "local"]
 
 
 class Order(BaseModel):
-    """What to acquire, and where to put it."""
+    """What to acquire, where to put it, how to name it, and how long to seed it."""
 
     id: str
     source: str
     library: str
     client: ClientName = "local"
     retention: str = "7 days"
+    link: Literal["auto", "hardlink", "copy"] = "auto"
+    template: str | None = None
+    title: str | None = None
+    year: int | None = None
+    seed_ratio: float | None = Field(default=None, gt=0)
+    seed_time: str | None = None
+    stall: str | None = None
 
     @field_validator("id")
     @classmethod
@@ -53,14 +65,36 @@ class Order(BaseModel):
             raise ValueError("use 1-100 letters, digits and . _ : -")
         return value
 
-    @field_validator("retention")
+    @field_validator("retention", "seed_time", "stall")
     @classmethod
-    def _retention(cls, value: str) -> str:
+    def _duration(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         try:
-            parse_duration(value)
+            seconds = parse_duration(value).total_seconds()
         except DurablyError as exc:
             raise ValueError(str(exc)) from None
+        if seconds <= 0:
+            raise ValueError("must be longer than zero")
         return value
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None:
+            naming.check_template(value)  # BadTemplate is a ValueError: a validation error
+        return value
+
+    @field_validator("year")
+    @classmethod
+    def _year(cls, value: int | None) -> int | None:
+        if value is not None and not 1870 <= value <= 2200:
+            raise ValueError("a year such as 2001")
+        return value
+
+
+class DownloadStalled(NonRetryableError):
+    """The download made no progress for the order's `stall` duration."""
 
 
 def submit(ctx: StepContext, order: Order) -> dict[str, Any]:
@@ -73,73 +107,66 @@ def undo_submit(sub: dict[str, Any]) -> None:
     client_for(sub["client"]).remove(sub["hash"])
 
 
-def check(client: ClientName, info_hash: str) -> dict[str, Any]:
-    st = client_for(client).status(info_hash)
-    if not st.exists:
-        raise NonRetryableError(f"the download {info_hash} is gone from the client")
-    return {"done": st.done, "progress": st.progress, "state": st.state,
-            "content_path": st.content_path}  # fmt: skip
-
-
-def copy(ctx: StepContext, order: Order, content_path: str) -> dict[str, Any]:
-    src = Path(content_path)
-    if not src.is_file():
-        raise NonRetryableError(f"the download is not a single file: {src}")
-    dest_dir = Path(order.library)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / src.name
-    last = [0.0]
-    pause = faults.copy_delay()
-
-    def checkpoint(done: int, total: int) -> None:
-        ctx.raise_if_cancelled()
-        if pause:
-            time.sleep(pause)
-        if done - last[0] >= 64 * 1024 * 1024:  # a long copy keeps its lease alive
-            last[0] = done
-            ctx.heartbeat()
-
-    try:
-        copied = files.atomic_copy(src, dest, f"{ctx.run_id[:8]}-{ctx.fence.fence}", checkpoint)
-    except FileExistsError as exc:
-        raise NonRetryableError(str(exc)) from None
-    faults.maybe_kill("kill-after-rename")  # drills: renamed, but the step is not recorded
-    return {"path": str(dest), "size": dest.stat().st_size, "sha256": files.digest(dest),
-            "copied": copied}  # fmt: skip
-
-
 def cleanup(client: ClientName, info_hash: str) -> None:
     client_for(client).remove(info_hash)
 
 
-POLL_FIRST = os.environ.get("ACQUIRE_POLL", "5s")
-POLL_MAX = parse_duration(os.environ.get("ACQUIRE_POLL_MAX", "15m"))
+def _watch(order: Order, sub: dict[str, Any], **extra: Any) -> Watch:
+    first, most = watch.poll_first(), watch.poll_max()
+    stall = parse_duration(order.stall).total_seconds() if order.stall else None
+    if stall is not None:  # check often enough to notice a stall in good time
+        most = min(most, max(stall / 4, first))
+    return Watch(id=order.id, client=order.client, hash=sub["hash"], source=order.source,
+                 interval=first, max_interval=most, stall=stall, **extra)  # fmt: skip
 
 
-async def wait_download(ctx: Any, order: Order, sub: dict[str, Any]) -> dict[str, Any]:
-    """Wait for the finish hook's signal, checking the client on a growing interval."""
-    interval = parse_duration(POLL_FIRST)
+@app.workflow(name="acquire-watch", version="v1", retry=RetryPolicy(max_attempts=1))
+async def acquire_watch(ctx: WorkflowContext, w: Watch) -> dict[str, Any]:
+    """A stretch of checks of a download or of its seeding (see `acquire.watch`)."""
+    return await watch.watch_body(ctx, w)
+
+
+async def wait_download(ctx: WorkflowContext, order: Order, sub: dict[str, Any]) -> dict[str, Any]:
+    """Watch the download, child after child, until it is done or stalled."""
+    w = _watch(order, sub)
     while True:
-        await ctx.step.wait_for_signal(f"download-done:{order.id}", timeout=interval,
-                                       name="wait-download")  # fmt: skip
-        status: dict[str, Any] = await ctx.step.run(
-            "check-download", check, order.client, sub["hash"]
-        )
-        if status["done"]:
-            return status
-        interval = min(interval * 2, POLL_MAX)
+        result: dict[str, Any] = await ctx.step.run_workflow(acquire_watch, w,
+                                                             name="wait-download")  # fmt: skip
+        if result["outcome"] == "done":
+            return dict(result["status"])
+        if result["outcome"] == "stalled":
+            st = result["status"]
+            raise DownloadStalled(f"stalled: no progress for {order.stall} "
+                                  f"(at {float(st['progress']) * 100:.1f}%, "
+                                  f"state {st['state']})")  # fmt: skip
+        w = Watch.model_validate(result["watch"])
+
+
+async def seed(ctx: WorkflowContext, order: Order, sub: dict[str, Any]) -> None:
+    """Keep seeding until the ratio or the time goal is reached, whichever comes first."""
+    seed_time = parse_duration(order.seed_time).total_seconds() if order.seed_time else None
+    w = _watch(order, sub, kind="seed", seed_ratio=order.seed_ratio, seed_time=seed_time)
+    while True:
+        result: dict[str, Any] = await ctx.step.run_workflow(acquire_watch, w, name="seeding")
+        if result["outcome"] == "goal":
+            return
+        w = Watch.model_validate(result["watch"])
 
 
 @app.workflow(name="acquire", version="v1", retry=RetryPolicy(max_attempts=1))
-async def acquire(ctx: Any, order: Order) -> dict[str, Any]:
+async def acquire(ctx: WorkflowContext, order: Order) -> dict[str, Any]:
     sub = await ctx.step.run("submit-download", submit, order, compensate=undo_submit)
     done = await wait_download(ctx, order, sub)
     content = done["content_path"] or order.source
-    copied = await ctx.step.run("copy-file", copy, order, content,
+    copied = await ctx.step.run("copy-file", importer.import_download, order, content,
                                 retry=RetryPolicy(max_attempts=5))  # fmt: skip
     entry = {"order_id": order.id, "path": copied["path"], "size": copied["size"],
              "sha256": copied["sha256"], "run_id": ctx.run_id}  # fmt: skip
     await ctx.step.transaction("register", library.register, entry)
-    await ctx.step.sleep("retention", order.retention)
+    if order.seed_ratio is not None or order.seed_time is not None:
+        await seed(ctx, order, sub)
+    else:
+        await ctx.step.sleep("retention", order.retention)
     await ctx.step.run("cleanup", cleanup, order.client, sub["hash"])
-    return {"order": order.id, "hash": sub["hash"], "path": copied["path"]}
+    return {"order": order.id, "hash": sub["hash"], "path": copied["path"],
+            "files": [f["path"] for f in copied["files"]], "mode": copied["mode"]}  # fmt: skip

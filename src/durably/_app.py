@@ -7,7 +7,7 @@ import dataclasses
 import os
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from . import _telemetry
 from ._clock import Clock
@@ -23,10 +23,36 @@ from ._workflow import RunHandle, Workflow, WorkflowFn
 from .backends import connect
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from ._context import WorkflowContext
+
+if TYPE_CHECKING:
     from ._sync import SyncDurably
     from ._worker import Worker
 
 DEFAULT_URL = "sqlite:///durably.db"
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+class WorkflowDecorator(Protocol):
+    """What `app.workflow(...)` returns: it turns an async function into a typed workflow.
+
+    `async def f(ctx: WorkflowContext) -> Out` gives `Workflow[None, Out]`;
+    `async def f(ctx: WorkflowContext, input: In) -> Out` gives `Workflow[In, Out]`.
+    """
+
+    @overload
+    def __call__(
+        self, fn: Callable[[WorkflowContext], Awaitable[Out]], /
+    ) -> Workflow[None, Out]: ...
+
+    @overload
+    def __call__(
+        self, fn: Callable[[WorkflowContext, In], Awaitable[Out]], /
+    ) -> Workflow[In, Out]: ...
 
 
 class Durably(OperatingApi):
@@ -78,7 +104,7 @@ class Durably(OperatingApi):
         self._migrate = migrate
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
-        self.workflows: dict[tuple[str, str], Workflow] = {}
+        self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
         self.retention = parse_duration(retention) if retention is not None else None
 
     def __repr__(self) -> str:
@@ -97,21 +123,32 @@ class Durably(OperatingApi):
 
     def workflow(
         self, name: str | None = None, version: str = "v1", retry: RetryPolicy | None = None
-    ) -> Callable[[WorkflowFn], Workflow]:
+    ) -> WorkflowDecorator:
         """Register an async function as workflow `(name, version)`.
 
         Its first parameter receives a `WorkflowContext`; a second one, if declared,
-        receives the input, validated against its annotation (pydantic).
+        receives the input, validated against its annotation (pydantic). The result is a
+        `Workflow[In, Out]` typed by those annotations.
+
+        Example:
+            ```python
+            @app.workflow(name="ship", version="v1")
+            async def ship(ctx: WorkflowContext, order: Order) -> Receipt: ...
+
+            handle = await ship.start(Order(id="o1"))  # RunHandle[Receipt]
+            ```
         """
 
-        def register(fn: WorkflowFn) -> Workflow:
-            wf = Workflow(self, fn, name or fn.__name__, version, retry or WORKFLOW_DEFAULT)
+        def register(fn: WorkflowFn) -> Workflow[Any, Any]:
+            wf: Workflow[Any, Any] = Workflow(
+                self, fn, name or fn.__name__, version, retry or WORKFLOW_DEFAULT
+            )
             self.workflows[(wf.name, wf.version)] = wf
             return wf
 
         return register
 
-    def get_workflow(self, name: str, version: str | None = None) -> Workflow:
+    def get_workflow(self, name: str, version: str | None = None) -> Workflow[Any, Any]:
         """The registered workflow; the newest registered version when none is given."""
         if version is not None and (name, version) in self.workflows:
             return self.workflows[(name, version)]
@@ -172,7 +209,7 @@ class Durably(OperatingApi):
         available_at: datetime | str | None = None,
         deadline_at: datetime | str | None = None,
         connection: Any = None,
-    ) -> RunHandle:
+    ) -> RunHandle[Any]:
         """Start workflow `workflow` by name (see `Workflow.start`)."""
         wf = self.get_workflow(workflow, version)
         return await wf.start(
@@ -254,8 +291,8 @@ class Durably(OperatingApi):
         await self.open()
         return await self.store.list_tables()
 
-    def handle(self, run_id: str) -> RunHandle:
-        """A handle on an existing run."""
+    def handle(self, run_id: str) -> RunHandle[Any]:
+        """A handle on an existing run (its result is plain JSON; `Workflow.handle` types it)."""
         return RunHandle(self, run_id)
 
     # ----------------------------------------------------------------- workers

@@ -172,6 +172,13 @@ def describe(exc: BaseException, traceback: bool = True) -> dict[str, Any]:
     return out
 
 
+MESSAGE_CHARS = 16_000  # an error is for people: a whole HTTP body in it helps nobody
+
+
 def _storable(text: str) -> str:
-    # PostgreSQL cannot store NUL in text or JSON; an error message is for people anyway.
+    # PostgreSQL cannot store NUL in text or JSON; and a message can be any size, while
+    # what is stored must stay small enough to end the run with (see `max_payload`).
+    if len(text) > MESSAGE_CHARS:
+        half, cut = MESSAGE_CHARS // 2, len(text) - MESSAGE_CHARS
+        text = f"{text[:half]} … [{cut} characters cut] … {text[-half:]}"
     return text.replace("\x00", "\\x00")

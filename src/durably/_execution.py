@@ -42,7 +42,7 @@ from ._errors import (
 from ._livewaits import LiveWaits
 from ._loop import WorkflowLoop
 from ._recorder import StepRecorder
-from ._records import Lease
+from ._records import Lease, RunEnd
 from ._replay import History
 from ._runlog import Outcome, RunLog, Stop
 from ._steps import StepApi
@@ -64,7 +64,7 @@ class Execution(RunLog, LiveWaits):
     def __init__(
         self,
         store: Store,
-        workflow: Workflow,
+        workflow: Workflow[Any, Any],
         row: Row,
         worker_id: str,
         clock: Clock,
@@ -418,6 +418,7 @@ class Execution(RunLog, LiveWaits):
             delay = self.workflow.retry.delay(attempts).total_seconds()
             log.warning("run %s: attempt %d failed (%s); retrying in %gs",
                         self.run_id, attempts, error, delay)  # fmt: skip
+            self.concluded = True
             await self.store.retry_run(self.lease, describe(error), delay)
             self.on_park(delay)
             return
@@ -441,7 +442,14 @@ class Execution(RunLog, LiveWaits):
         self.concluded = True
         children = any(cmd.kind == "child" for cmd in self.commands.values())
         records = list(self._in_flight.values())
-        if await self.store.finish_run(self.lease, status, output_json, error, children, records):
+        if children:  # its children end with it, in one transaction of its own
+            ended = await self.store.finish_run(
+                self.lease, status, output_json, error, children, records
+            )
+        else:
+            end = RunEnd(self.lease, status, output_json, error, records)
+            ended = await self.recorder.finish(end) or await self.store.end_refused(self.lease)
+        if ended:
             return
         # Canceled while it ended: the cancel wins; undo what completed.
         log.warning("run %s was canceled as it ended %s", self.run_id, status)

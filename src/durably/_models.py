@@ -98,6 +98,13 @@ class StepAttempt:
     signal: str | None
     child_run_id: str | None
     wake_at: datetime | None
+    # How the workflow saw it (for `durably.testing.replay` of an exported history): its
+    # place in the run's log, whether it ended the step for good, and more.
+    seq: int | None = None
+    final: bool = False
+    compensable: bool = False
+    workflow_attempt: int = 1
+    delivered: bool = False
 
     @classmethod
     def from_row(cls, row: Row) -> StepAttempt:
@@ -107,6 +114,10 @@ class StepAttempt:
             started_at=row["started_at"], finished_at=row["finished_at"],
             output=decode(row["output"]), error=decode(row["error"]), fence=row["fence"],
             signal=row["signal"], child_run_id=row["child_run_id"], wake_at=row["wake_at"],
+            seq=row.get("seq"), final=bool(row.get("final")),
+            compensable=bool(row.get("compensable")),
+            workflow_attempt=row.get("workflow_attempt") or 1,
+            delivered=row.get("delivered_at") is not None,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:

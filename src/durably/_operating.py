@@ -23,7 +23,7 @@ class OperatingApi:
     """The operators' half of `Durably` (a mixin: `Durably` provides the rest)."""
 
     store: Store
-    workflows: dict[tuple[str, str], Workflow]
+    workflows: dict[tuple[str, str], Workflow[Any, Any]]
     max_payload: int
 
     async def open(self) -> None:
@@ -32,7 +32,7 @@ class OperatingApi:
     async def get_run(self, run_id: str) -> Run:
         raise NotImplementedError
 
-    def handle(self, run_id: str) -> RunHandle:
+    def handle(self, run_id: str) -> RunHandle[Any]:
         raise NotImplementedError
 
     @property
@@ -52,7 +52,9 @@ class OperatingApi:
         await self.open()
         return await self.operations.resume(run_id)
 
-    async def fork(self, run_id: str, from_position: int, version: str | None = None) -> RunHandle:
+    async def fork(
+        self, run_id: str, from_position: int, version: str | None = None
+    ) -> RunHandle[Any]:
         """Start a new run whose history is the first `from_position` completed steps of
         run `run_id` (counted from 1 in history order; sleeps and waits count,
         compensations do not), with the same input, on `version` (default: the old one's).

@@ -1,20 +1,22 @@
-"""Group commit of step records.
+"""Group commit of step records and run ends.
 
-A worker executes many runs at once; their completed steps reach the recorder in bursts
-(a batch of claimed runs moves in step). Everything that arrives in one turn of the event
-loop goes to the database as one statement, and while the recorder's few statements are
-in flight, new records wait and form the next, larger batch. Each record still commits
-only under its own run's lease, and each caller learns whether its own record made it; a
-batch the database refuses for its data is written again record by record, so a record it
-cannot store fails its own step only.
+A worker executes many runs at once; their completed steps and their ends reach the
+recorder in bursts (a batch of claimed runs moves in step). Everything that arrives in one
+turn of the event loop goes to the database as one statement (one for records, one for
+ends), and while the recorder's few statements are in flight, new arrivals wait and form
+the next, larger batch. Each record and end still commits only under its own run's lease,
+and each caller learns whether its own made it; a batch the database refuses for its data
+is written again one by one, so a value it cannot store fails its own step or run only.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any
 
 from ._errors import DurablyError, LeaseLostError
-from ._records import Lease, PendingStep
+from ._records import Lease, PendingStep, RunEnd
 from ._store import Store
 
 MAX_IN_FLIGHT = 4
@@ -27,6 +29,7 @@ class StepRecorder:
         self._store = store
         self._worker_id = worker_id
         self._queue: list[tuple[Lease, PendingStep, asyncio.Future[str]]] = []
+        self._ends: list[tuple[RunEnd, asyncio.Future[bool]]] = []
         self._in_flight: set[asyncio.Task[None]] = set()
         self._scheduled = False
 
@@ -34,33 +37,56 @@ class StepRecorder:
         """Return once the step is durable (with its run's status); LeaseLostError if its
         lease was gone."""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        if not self._queue and not self._in_flight and not self._scheduled:
-            # Alone: write it from this task at once (no hop through the loop); records
-            # arriving meanwhile queue up behind it and form the next batch.
-            task = asyncio.current_task()
-            assert task is not None
-            self._in_flight.add(task)
-            try:
-                await self._send([(lease, step, future)])
-            finally:
-                self._in_flight.discard(task)
-                self._kick()
+        if self._idle():
+            await self._alone(self._send([(lease, step, future)]))
             return future.result()  # raises LeaseLostError (or the database's error)
         self._queue.append((lease, step, future))
         self._kick()
         return await future
 
+    async def finish(self, end: RunEnd) -> bool:
+        """End the run with its records; False if the end was refused (the caller asks
+        the store why: `Store.end_refused`)."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self._idle():
+            await self._alone(self._send_ends([(end, future)]))
+            return future.result()
+        self._ends.append((end, future))
+        self._kick()
+        return await future
+
+    def _idle(self) -> bool:
+        return not (self._queue or self._ends or self._in_flight or self._scheduled)
+
+    async def _alone(self, send: Coroutine[Any, Any, None]) -> None:
+        """Write from the caller's task at once (no hop through the loop); what arrives
+        meanwhile queues up behind it and forms the next batch."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._in_flight.add(task)
+        try:
+            await send
+        finally:
+            self._in_flight.discard(task)
+            self._kick()
+
     def _kick(self) -> None:
-        if self._queue and not self._scheduled and len(self._in_flight) < MAX_IN_FLIGHT:
+        waiting = self._queue or self._ends
+        if waiting and not self._scheduled and len(self._in_flight) < MAX_IN_FLIGHT:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._send_batch)
 
     def _send_batch(self) -> None:
         self._scheduled = False
-        if not self._queue or len(self._in_flight) >= MAX_IN_FLIGHT:
-            return
-        batch, self._queue = self._queue, []
-        task = asyncio.get_running_loop().create_task(self._send(batch))
+        if self._queue and len(self._in_flight) < MAX_IN_FLIGHT:
+            batch, self._queue = self._queue, []
+            self._spawn(self._send(batch))
+        if self._ends and len(self._in_flight) < MAX_IN_FLIGHT:
+            ends, self._ends = self._ends, []
+            self._spawn(self._send_ends(ends))
+
+    def _spawn(self, send: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(send)
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
 
@@ -69,8 +95,30 @@ class StepRecorder:
             await self._write(batch)
         finally:
             self._in_flight.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
-            if self._queue:
-                self._kick()
+            self._kick()
+
+    async def _send_ends(self, ends: list[tuple[RunEnd, asyncio.Future[bool]]]) -> None:
+        try:
+            await self._write_ends(ends)
+        finally:
+            self._in_flight.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
+            self._kick()
+
+    async def _write_ends(self, ends: list[tuple[RunEnd, asyncio.Future[bool]]]) -> None:
+        try:
+            done = await self._store.finish_many(self._worker_id, [end for end, _ in ends])
+        except Exception as exc:
+            if len(ends) > 1 and not isinstance(exc, DurablyError):
+                for item in ends:  # the database refused something in it: each goes alone
+                    await self._write_ends([item])
+                return
+            for _, future in ends:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for end, future in ends:
+            if not future.done():
+                future.set_result(end.lease.run_id in done)
 
     async def _write(self, batch: list[tuple[Lease, PendingStep, asyncio.Future[str]]]) -> None:
         try:

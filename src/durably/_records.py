@@ -83,3 +83,25 @@ class PendingStep:
         })  # fmt: skip
         # The output is JSON text already: spliced in, not parsed and dumped again.
         return f'{head[:-1]}, "output": {self.output_json or "null"}}}'
+
+
+@dataclass
+class RunEnd:
+    """A run's end, to be written with its step records still in flight (group commit).
+
+    Its JSON is made at once: a value that cannot be stored fails this run's end alone,
+    never the batch it would have joined.
+    """
+
+    lease: Lease
+    status: str
+    output_json: str | None = None
+    error: dict[str, Any] | None = None
+    records: list[PendingStep] | None = None
+
+    def __post_init__(self) -> None:
+        self.entry = json.dumps({
+            "run_id": self.lease.run_id, "fence": self.lease.fence, "status": self.status,
+            "output": self.output_json,
+            "error": encode(self.error, "error") if self.error else None,
+        })  # fmt: skip

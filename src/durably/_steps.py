@@ -10,13 +10,14 @@ inside a step body fails it too.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, overload
 
 from . import _commands as c
 from . import _waits as w
 from ._codec import encode
 from ._commands import Body, Command, StepCall, signature
+from ._context import StepContext
 from ._durations import Duration, parse_duration
 from ._events import run_set_event
 from ._retry import STEP_DEFAULT, RetryPolicy
@@ -25,18 +26,25 @@ if TYPE_CHECKING:
     from ._execution import Execution
     from ._workflow import Workflow
 
+Ts = TypeVarTuple("Ts")
+R = TypeVar("R")
+Conn = TypeVar("Conn")  # the driver connection a transaction body receives
+In = TypeVar("In")
+Out = TypeVar("Out")
+Out_co = TypeVar("Out_co", covariant=True)
 
-class ChildHandle:
+
+class ChildHandle(Generic[Out_co]):
     """A child run started with `ctx.step.start_workflow`; await it for its result."""
 
-    def __init__(self, run_id: str, call: StepCall[Any]) -> None:
+    def __init__(self, run_id: str, call: StepCall[Out_co]) -> None:
         self.run_id = run_id
         self._call = call
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[Any, None, Out_co]:
         return self._call.__await__()
 
-    async def result(self) -> Any:
+    async def result(self) -> Out_co:
         """The child's result (ChildWorkflowError if it failed, WorkflowTimeoutError)."""
         return await self._call
 
@@ -63,11 +71,47 @@ class StepApi:
 
     # ---------------------------------------------------------------- function steps
 
+    # A body may take a `StepContext` first (the engine passes it), and may be sync or
+    # async; the overloads keep its positional parameters and its result type for the
+    # caller. A TypeVarTuple, not a ParamSpec: PEP 612 allows no keyword-only options
+    # (`retry=`, `timeout=`) between `*args: P.args` and `**kwargs: P.kwargs`.
+    @overload
+    def run(
+        self, name: str, fn: Callable[[StepContext, *Ts], Awaitable[R]],
+        *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
+        **kwargs: Any,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    @overload
+    def run(
+        self, name: str, fn: Callable[[StepContext, *Ts], R],
+        *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
+        **kwargs: Any,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    @overload
+    def run(
+        self, name: str, fn: Callable[[*Ts], Awaitable[R]],
+        *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
+        **kwargs: Any,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    @overload
+    def run(
+        self, name: str, fn: Callable[[*Ts], R],
+        *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
+        **kwargs: Any,
+    ) -> StepCall[R]: ...  # fmt: skip
+
     def run(
         self,
         name: str,
         fn: Callable[..., Any],
-        *args: Any,
+        *args: *Ts,
         retry: RetryPolicy | None = None,
         compensate: Callable[..., Any] | None = None,
         timeout: Duration | None = None,
@@ -82,6 +126,11 @@ class StepApi:
             retry: the step's retry policy (default: 10 attempts, 1 s doubling to 100 s).
             compensate: `undo(result)` run once if the run is canceled or fails for good.
             timeout: cancel an attempt that runs longer (`StepTimeout`, retried by policy).
+
+        A type checker holds `*args` to `fn`'s positional parameters and gives the call
+        `fn`'s return type; the result is also validated into that annotation at run
+        time. Keyword arguments pass through unchecked (for a required keyword-only
+        parameter, use `functools.partial`).
         """
         sig = signature(fn)
         body = Body(fn, args, kwargs, retry or STEP_DEFAULT, _seconds(timeout), sig)
@@ -89,19 +138,33 @@ class StepApi:
         cmd = self._issue(name, "function", lifecycle, result_type=sig[1], compensate=compensate)
         return StepCall(cmd)
 
+    @overload
     def transaction(
-        self, name: str, fn: Callable[..., Any], *args: Any, retry: RetryPolicy | None = None
+        self, name: str, fn: Callable[[Conn, *Ts], Awaitable[R]], *args: *Ts,
+        retry: RetryPolicy | None = None,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    @overload
+    def transaction(
+        self, name: str, fn: Callable[[Conn, *Ts], R], *args: *Ts,
+        retry: RetryPolicy | None = None,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    def transaction(
+        self, name: str, fn: Callable[..., Any], *args: *Ts, retry: RetryPolicy | None = None
     ) -> StepCall[Any]:
         """Run `fn(conn, *args)` in one database transaction with the step's record.
 
         The lease is checked (same worker, same fence) in that transaction and held until it
         commits, so either the business writes and the step result commit together or
         neither does. `conn` is a psycopg `AsyncConnection` on PostgreSQL (write
-        `async def fn`) and a `sqlite3.Connection` on SQLite.
+        `async def fn`) and a `sqlite3.Connection` on SQLite. The result is validated into
+        `fn`'s return annotation, as a `run` step's is.
         """
         body = Body(fn, args, {}, retry or STEP_DEFAULT)
         lifecycle = functools.partial(c.run_transaction, body=body)
-        return StepCall(self._issue(name, "transaction", lifecycle))
+        cmd = self._issue(name, "transaction", lifecycle, result_type=signature(fn)[1])
+        return StepCall(cmd)
 
     # ---------------------------------------------------------------- waits
 
@@ -148,8 +211,20 @@ class StepApi:
 
     # ---------------------------------------------------------------- children
 
+    @overload
     def run_workflow(
-        self, workflow: Workflow, input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Workflow[None, Out], input: None = None, *,
+        timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
+    ) -> StepCall[Out]: ...  # fmt: skip
+
+    @overload
+    def run_workflow(
+        self, workflow: Workflow[In, Out], input: In, *, timeout: Duration | None = None,
+        name: str | None = None, on_parent_close: str = "cancel",
+    ) -> StepCall[Out]: ...  # fmt: skip
+
+    def run_workflow(
+        self, workflow: Workflow[Any, Any], input: Any = None, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> StepCall[Any]:  # fmt: skip
         """Start `workflow` as a child and wait durably for its result.
@@ -161,13 +236,27 @@ class StepApi:
         Raises:
             ChildWorkflowError: the child failed or was canceled.
             WorkflowTimeoutError: `timeout` passed first (the child is canceled).
+
+        The result is validated into the child workflow's return annotation.
         """
         return self._child(workflow, input, timeout, name, on_parent_close)._call
 
+    @overload
     def start_workflow(
-        self, workflow: Workflow, input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Workflow[None, Out], input: None = None, *,
+        timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
+    ) -> ChildHandle[Out]: ...  # fmt: skip
+
+    @overload
+    def start_workflow(
+        self, workflow: Workflow[In, Out], input: In, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
-    ) -> ChildHandle:  # fmt: skip
+    ) -> ChildHandle[Out]: ...  # fmt: skip
+
+    def start_workflow(
+        self, workflow: Workflow[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        name: str | None = None, on_parent_close: str = "cancel",
+    ) -> ChildHandle[Any]:  # fmt: skip
         """Start `workflow` as a child now; await the returned handle for its result later.
 
         Children started in one pass of the workflow (e.g. a loop, or `gather`) all start
@@ -178,16 +267,19 @@ class StepApi:
         return handle
 
     def _child(
-        self, workflow: Workflow, input: Any, timeout: Duration | None, name: str | None,
-        on_parent_close: str,
-    ) -> ChildHandle:  # fmt: skip
+        self, workflow: Workflow[Any, Any], input: Any, timeout: Duration | None,
+        name: str | None, on_parent_close: str,
+    ) -> ChildHandle[Any]:  # fmt: skip
         if on_parent_close not in ("cancel", "abandon"):
             raise ValueError("on_parent_close must be 'cancel' or 'abandon'")
         lifecycle = functools.partial(
             w.run_child, workflow=workflow, input=input, timeout=_seconds(timeout),
             on_parent_close=on_parent_close,
         )  # fmt: skip
-        cmd = self._issue(name or f"child:{workflow.name}", "child", lifecycle)
+        result_type = Any if workflow.output_type is type(None) else workflow.output_type
+        cmd = self._issue(
+            name or f"child:{workflow.name}", "child", lifecycle, result_type=result_type
+        )
         rec = cmd.recorded
         if rec is not None and rec.child_run_id:
             child_id = rec.child_run_id

@@ -21,7 +21,7 @@ from ._errors import (
     RunTerminalError,
 )
 from ._models import Run, StepAttempt
-from ._records import Lease, NewRun, PendingStep
+from ._records import Lease, NewRun, PendingStep, RunEnd
 from .backends import Connector, Row, Tx
 
 
@@ -46,29 +46,22 @@ class Store:
 
     async def create_run(self, new: NewRun, external: Any = None) -> tuple[Run, bool]:
         """Insert a run, or return the one its idempotency key already names."""
-        async with self.db.transaction(external) as tx:
-            run, created = await self.insert_run(tx, new)
+        rows = (
+            []
+            if external is not None
+            else await self.db.fetch("insert_run", **self._insert_params(new))
+        )  # one round trip when it is new; else the transaction below reads what is there
+        if rows:
+            run, created = Run.from_row(rows[0]), True
+        else:
+            async with self.db.transaction(external) as tx:
+                run, created = await self.insert_run(tx, new)
         if created and (run.available_at is None or run.status == "pending"):
             self.db.notify_local("run")
         return run, created
 
     async def insert_run(self, tx: Tx, new: NewRun) -> tuple[Run, bool]:
-        rows = await tx.fetch(
-            "insert_run",
-            id=new.run_id or uuid.uuid4().hex,
-            namespace=self.namespace,
-            workflow=new.workflow,
-            version=new.version,
-            input=new.input_json,
-            idempotency_key=new.idempotency_key,
-            max_attempts=new.max_attempts,
-            available_at=new.available_at,
-            deadline_at=new.deadline_at,
-            parent_run_id=new.parent_run_id,
-            trace_context=new.trace_context,
-            parent_close=new.parent_close,
-            channel=self.channel,
-        )
+        rows = await tx.fetch("insert_run", **self._insert_params(new))
         if rows:
             return Run.from_row(rows[0]), True
         if new.idempotency_key is None:
@@ -88,6 +81,16 @@ class Store:
                 f"of {new.workflow!r} with a different input; use another key"
             )
         return run, False
+
+    def _insert_params(self, new: NewRun) -> dict[str, Any]:
+        return dict(
+            id=new.run_id or uuid.uuid4().hex, namespace=self.namespace,
+            workflow=new.workflow, version=new.version, input=new.input_json,
+            idempotency_key=new.idempotency_key, max_attempts=new.max_attempts,
+            available_at=new.available_at, deadline_at=new.deadline_at,
+            parent_run_id=new.parent_run_id, trace_context=new.trace_context,
+            parent_close=new.parent_close, channel=self.channel,
+        )  # fmt: skip
 
     async def get_run(self, run_id: str) -> Run:
         rows = await self.db.fetch("get_run", run_id=run_id)
@@ -454,6 +457,25 @@ class Store:
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id}")
 
+    async def finish_many(self, worker_id: str, ends: list[RunEnd]) -> set[str]:
+        """End several runs (none with children) in one statement, each as `finish_run`
+        ends one; the ids of the runs ended. Any other was refused: see `end_refused`."""
+        batch = ",".join(r.batch_entry(end.lease) for end in ends for r in end.records or [])
+        rows = await self.db.fetch(
+            "finish_many", worker_id=worker_id, channel=self.channel, token=uuid.uuid4().hex,
+            ends="[" + ",".join(end.entry for end in ends) + "]", batch=f"[{batch}]",
+        )  # fmt: skip
+        if rows:
+            self.db.notify_local("run")
+        return {row["id"] for row in rows}
+
+    async def end_refused(self, lease: Lease) -> bool:
+        """A run's end was not written: False if it was canceled meanwhile and is still
+        ours (the caller compensates and ends it canceled); else LeaseLostError."""
+        if await self.db.fetch("check_lease", **lease.params()):
+            return False
+        raise LeaseLostError(f"lost the lease on run {lease.run_id}; its end was not recorded")
+
     async def finish_run(
         self,
         lease: Lease,
@@ -488,9 +510,7 @@ class Store:
                         }, "error"),
                     )  # fmt: skip
         if not rows:
-            if await self.db.fetch("check_lease", **lease.params()):
-                return False
-            raise LeaseLostError(f"lost the lease on run {lease.run_id}; its end was not recorded")
+            return await self.end_refused(lease)
         for row in canceled:
             self.db.notify_local(f"cancel:{row['id']}")
         self.db.notify_local("run")

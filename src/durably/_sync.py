@@ -7,6 +7,8 @@ background thread; the signatures and documentation are the async ones, not a co
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Coroutine
@@ -51,8 +53,10 @@ class SyncDurably:
             loop = self._loops.get(id(app))
             if loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="durably-sync", daemon=True).start()
+                thread = threading.Thread(target=loop.run_forever, name="durably-sync", daemon=True)
+                thread.start()
                 self._loops[id(app)] = loop
+                atexit.register(_shut_down, app, loop, thread)
         self._loop = loop
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -82,3 +86,25 @@ class SyncDurably:
     def wait(self, run_id: str, timeout: float | None = None) -> Run:
         """Wait for a run to finish; the run (see `RunHandle.wait`)."""
         return self.run(RunHandle(self.app, run_id).wait(timeout))
+
+
+def _shut_down(app: Durably, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """At exit: close the app's connections and end the facade's loop, so a script that
+    never called `close()` leaves no pending task behind (no "Task was destroyed")."""
+
+    async def finish() -> None:
+        with contextlib.suppress(Exception):
+            await app.close()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+
+    if loop.is_closed() or not thread.is_alive():
+        return
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(finish(), loop).result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=10)
+    if not thread.is_alive():
+        loop.close()

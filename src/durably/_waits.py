@@ -121,7 +121,7 @@ async def run_send_signal(
 
 
 async def run_child(
-    x: Execution, cmd: Command, workflow: Workflow, input: Any, timeout: float | None,
+    x: Execution, cmd: Command, workflow: Workflow[Any, Any], input: Any, timeout: float | None,
     on_parent_close: str,
 ) -> None:  # fmt: skip
     rec = cmd.recorded

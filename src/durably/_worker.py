@@ -268,7 +268,8 @@ class Worker:
                 continue  # ended, or claimed again, since the question was asked
             row = still.get(run_id)
             if row is None:
-                self._halt(run_id, Stop(lost))
+                if not entry[0].concluded:  # else it let go itself, as the question was asked
+                    self._halt(run_id, Stop(lost))
             elif row["status"] == "canceled":  # in case its NOTIFY was missed
                 self._halt(run_id, Stop("canceled", "canceled"))
             elif row["wake_requested"]:

@@ -6,10 +6,10 @@ import asyncio
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from ._codec import encode, validate
+from ._codec import adapter, encode, validate
 from ._durations import Duration, parse_duration, parse_instant
 from ._errors import InvalidInput, RunFailedError, WorkflowTimeoutError
 from ._models import Run
@@ -21,11 +21,17 @@ if TYPE_CHECKING:
 
 WorkflowFn = Callable[..., Awaitable[Any]]
 
+In = TypeVar("In", contravariant=True)
+Out = TypeVar("Out", covariant=True)
 
-class Workflow:
+
+class Workflow(Generic[In, Out]):
     """A registered workflow: `(name, version)` and its async function.
 
-    Created by `@app.workflow(...)`; start runs with `await wf.start(input)`.
+    Created by `@app.workflow(...)`, which reads `In` and `Out` from the function's
+    annotations: `async def f(ctx: WorkflowContext, order: Order) -> Done` makes a
+    `Workflow[Order, Done]`, and a function without an input parameter a
+    `Workflow[None, Done]`. Start runs with `await wf.start(input)`.
     """
 
     def __init__(
@@ -42,6 +48,7 @@ class Workflow:
         self.takes_input = len(params) >= 2
         hints = typing.get_type_hints(fn) if self.takes_input else {}
         self.input_type: Any = hints.get(params[1].name, Any) if self.takes_input else Any
+        self.output_type: Any = _return_type(fn)
 
     def __repr__(self) -> str:
         return f"<Workflow {self.name}@{self.version}>"
@@ -74,12 +81,40 @@ class Workflow:
             input_json=encode(value, f"input of workflow {self.name!r}", self.app.max_payload),
             max_attempts=self.retry.max_attempts,
             idempotency_key=idempotency_key,
-            available_at=parse_instant(available_at) if available_at is not None else None,
-            deadline_at=parse_instant(deadline_at) if deadline_at is not None else None,
+            available_at=self._instant(available_at),
+            deadline_at=self._instant(deadline_at),
             parent_run_id=parent_run_id,
             run_id=run_id,
             parent_close=parent_close,
         )
+
+    def _instant(self, value: datetime | str | None) -> datetime | None:
+        """An absolute time; "+5s" counts from the app's clock."""
+        if value is None:
+            return None
+        return parse_instant(value, datetime.fromtimestamp(self.app.clock.time(), UTC))
+
+    @overload
+    async def start(
+        self: Workflow[None, Out],
+        input: None = None,
+        *,
+        idempotency_key: str | None = None,
+        available_at: datetime | str | None = None,
+        deadline_at: datetime | str | None = None,
+        connection: Any = None,
+    ) -> RunHandle[Out]: ...
+
+    @overload
+    async def start(
+        self,
+        input: In,
+        *,
+        idempotency_key: str | None = None,
+        available_at: datetime | str | None = None,
+        deadline_at: datetime | str | None = None,
+        connection: Any = None,
+    ) -> RunHandle[Out]: ...
 
     async def start(
         self,
@@ -89,7 +124,7 @@ class Workflow:
         available_at: datetime | str | None = None,
         deadline_at: datetime | str | None = None,
         connection: Any = None,
-    ) -> RunHandle:
+    ) -> RunHandle[Out]:
         """Start a run (or return the run this idempotency key already started).
 
         Args:
@@ -109,16 +144,41 @@ class Workflow:
             deadline_at=deadline_at,
         )  # fmt: skip
         run, _ = await self.app.create_run(new, connection)
-        return RunHandle(self.app, run.run_id, run)
+        return RunHandle(self.app, run.run_id, run, output_type=self.output_type)
+
+    def handle(self, run_id: str) -> RunHandle[Out]:
+        """A handle on an existing run of this workflow (its result typed as `Out`)."""
+        return RunHandle(self.app, run_id, output_type=self.output_type)
 
 
-class RunHandle:
-    """A started run: ask its status, wait for its result, cancel it."""
+def _return_type(fn: Callable[..., Any]) -> Any:
+    """The return annotation to validate a stored result into; Any (plain JSON) when
+    there is none or pydantic cannot validate it (e.g. `typing.TypedDict` before
+    Python 3.12, whose values are plain dicts anyway)."""
+    try:
+        ret: Any = typing.get_type_hints(fn).get("return", Any)
+        ret = type(None) if ret is None else ret
+        adapter(ret)
+    except Exception:
+        return Any
+    return ret
 
-    def __init__(self, app: Durably, run_id: str, run: Run | None = None) -> None:
+
+class RunHandle(Generic[Out]):
+    """A started run: ask its status, wait for its result, cancel it.
+
+    `await handle.result()` is the run's output validated into the workflow's return
+    annotation (a pydantic model, dataclass, TypedDict or builtin), so a
+    `RunHandle[Done]` from `Workflow[Order, Done].start` gives a `Done`.
+    """
+
+    def __init__(
+        self, app: Durably, run_id: str, run: Run | None = None, *, output_type: Any = Any
+    ) -> None:
         self.app = app
         self.run_id = run_id
         self.run = run
+        self.output_type = output_type
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id}>"
@@ -142,6 +202,10 @@ class RunHandle:
         Raises:
             WorkflowTimeoutError: `timeout` passed first.
         """
+        with self.app.clock.awaiting_result():
+            return await self._wait(timeout)
+
+    async def _wait(self, timeout: Duration | None) -> Run:
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
         loop = asyncio.get_running_loop()
         until = loop.time() + limit if limit is not None else None
@@ -157,14 +221,17 @@ class RunHandle:
             await asyncio.sleep(pause if until is None else min(pause, until - loop.time()))
             pause = min(pause * 1.5, 0.25)
 
-    async def result(self, timeout: Duration | None = None) -> Any:
-        """Wait for the run to finish; its output.
+    async def result(self, timeout: Duration | None = None) -> Out:
+        """Wait for the run to finish; its output, as the workflow's return type.
 
         Raises:
             RunFailedError: the run failed or was canceled.
             WorkflowTimeoutError: `timeout` passed first.
+            InvalidInput: the stored output does not fit the return annotation (the
+                workflow's code changed since the run finished).
         """
         run = await self.wait(timeout)
         if run.status != "completed":
             raise RunFailedError(run.run_id, run.status, run.error)
-        return run.output
+        value: Out = validate(self.output_type, run.output, f"the output of run {run.run_id}")
+        return value

@@ -135,12 +135,12 @@ def test_d_cancel_reaches_the_running_step(procs: Procs, client: SyncDurably, mo
     run_id = client.start("slow", mode).run_id
     eventually_sync(lambda: ("long", "A", "start") in _events(procs, run_id),
                     timeout=20, what="the long step to start")  # fmt: skip
-    canceled_at = time.monotonic()
     assert procs.json("cancel", run_id)["status"] == "canceled"
+    canceled_at = time.monotonic()  # committed: the CLI's own start-up is not the worker's
     if mode == "sync":
         eventually_sync(lambda: ("long", "A", "stopped") in _events(procs, run_id),
                         timeout=5, what="the sync body to see ctx.cancelled")  # fmt: skip
-        assert time.monotonic() - canceled_at < scaled(1.5)  # the CLI call alone takes ~0.4 s
+        assert time.monotonic() - canceled_at < scaled(1.0)  # SPEC §4.5: within 1 s
     assert steps_of(client, run_id) == [("long", "canceled", 1)]
     refused = procs.cli("signal", "x", "--run", run_id, check=False)
     assert refused.returncode != 0 and "canceled" in refused.stderr

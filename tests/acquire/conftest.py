@@ -40,6 +40,9 @@ class Acquire:
     def json(self, *args: str, **env: str) -> Any:
         return json.loads(self.cli(*args, "--json", check=True, **env).stdout)
 
+    def cli_argv(self) -> list[str]:
+        return [sys.executable, "-m", "acquire.cli"]
+
     def worker(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
         cmd = [sys.executable, "-m", "acquire.cli", "worker", *args]
         return self.processes.start(cmd, self.work / f"worker-{name}.log",

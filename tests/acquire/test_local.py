@@ -97,7 +97,7 @@ def test_frozen_worker_during_copy(acq: Acquire) -> None:
     src = _source(acq, mb=round(scaled(8)))  # 0.3 s a MB: the window to freeze A in
     lease = ("--lease", duration(1), "--heartbeat", duration(0.3))
     a = acq.worker("A", *lease, ACQUIRE_FAULT="slow-copy:0.3")
-    run_id = _add(acq, src, "o3")
+    run_id = _add(acq, src, "o3", "--link", "copy")
     lib = acq.work / "library"
     eventually_sync(lambda: lib.exists() and list(lib.glob(".*partial")), timeout=30,
                     what="A to be copying")  # fmt: skip
@@ -118,7 +118,7 @@ def test_cancel_an_order(acq: Acquire) -> None:
     # 0.5 s a MB: the cancel (a CLI call, slow on a loaded machine) must land mid-copy.
     src = _source(acq, mb=round(scaled(40)))
     acq.worker("A", ACQUIRE_FAULT="slow-copy:0.5")
-    _add(acq, src, "o4")
+    _add(acq, src, "o4", "--link", "copy")
     lib = acq.work / "library"
     eventually_sync(lambda: lib.exists() and list(lib.glob(".*partial")), timeout=30,
                     what="the copy")  # fmt: skip

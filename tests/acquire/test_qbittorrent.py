@@ -42,10 +42,16 @@ class Swarm:
         hook.chmod(hook.stat().st_mode | stat.S_IXUSR)
         self.downloader.start(processes, autorun=f"{hook} %I %F")
 
-    def seed(self, name: str, mb: int) -> tuple[Path, Path, str]:
-        """A file the seeder has complete, its .torrent, and the info hash."""
+    def seed(self, name: str, mb: int, folder: dict[str, bytes] | None = None
+             ) -> tuple[Path, Path, str]:  # fmt: skip
+        """A file (or a folder of `folder`'s files) the seeder has complete, its .torrent,
+        and the info hash."""
         content = self.seeder.save / name
-        content.write_bytes(os.urandom(mb * 1024 * 1024))
+        if folder is None:
+            content.write_bytes(os.urandom(mb * 1024 * 1024))
+        for rel, data in (folder or {}).items():
+            (content / rel).parent.mkdir(parents=True, exist_ok=True)
+            (content / rel).write_bytes(data)
         t = torf.Torrent(path=content, private=False, created_by=None, creation_date=None)
         t.generate()
         torrent = self.work / f"{name}.torrent"
@@ -80,9 +86,9 @@ def swarm(acq: Acquire) -> Swarm:
     return s
 
 
-def _add(acq: Acquire, torrent: Path, order_id: str) -> None:
+def _add(acq: Acquire, torrent: Path, order_id: str, *extra: str) -> None:
     acq.json("add", str(torrent), "--to", str(acq.work / "library"), "--id", order_id,
-             "--client", "qbittorrent", "--retention", "0.5s")  # fmt: skip
+             "--client", "qbittorrent", "--retention", "0.5s", *extra)  # fmt: skip
 
 
 def test_download_copy_register_cleanup(acq: Acquire, swarm: Swarm) -> None:
@@ -131,4 +137,76 @@ def test_cancel_during_download_removes_torrent_and_data(acq: Acquire, swarm: Sw
     order = acq.order("q3")
     assert order["status"] == "canceled"
     assert "compensate:submit-download" in [s["step"] for s in order["steps"]]
+    assert library.entries(acq.url) == []
+
+
+RELEASE = "Film.Name.2001.1080p.BluRay.x264-GRP"
+
+
+def _state(acq: Acquire, order_id: str) -> str:
+    return str(acq.order(order_id)["state"])
+
+
+def test_multi_file_torrent_imported_as_hard_links(acq: Acquire, swarm: Swarm) -> None:
+    film = os.urandom(6 * 1024 * 1024)
+    folder = {f"{RELEASE}.mkv": film, f"{RELEASE}.en.srt": b"1\n00:00:01,000 --> x\nHi\n",
+              "Subs/French.srt": b"1\n00:00:01,000 --> x\nSalut\n",
+              "Sample/sample.mkv": os.urandom(256 * 1024), "release.nfo": b"notes"}  # fmt: skip
+    _, torrent, info_hash = swarm.seed(RELEASE, 0, folder)
+    acq.worker("A")
+    _add(acq, torrent, "q4", "--template", "{title} ({year})/{title} ({year}){ext}",
+         "--seed-time", "1h")  # fmt: skip
+    swarm.connect(info_hash)
+    eventually_sync(lambda: _state(acq, "q4") == "seeding", timeout=60, what="the import")
+    lib = acq.work / "library" / "Film Name (2001)"
+    assert {p.name for p in lib.iterdir()} == {"Film Name (2001).mkv", "Film Name (2001).en.srt",
+                                               "Film Name (2001).fr.srt"}  # fmt: skip
+    downloaded = swarm.downloader.save / RELEASE / f"{RELEASE}.mkv"
+    assert (lib / "Film Name (2001).mkv").stat().st_ino == downloaded.stat().st_ino
+    assert (lib / "Film Name (2001).mkv").read_bytes() == film
+    assert (lib / "Film Name (2001).fr.srt").read_bytes().endswith(b"Salut\n")
+    assert [e["order_id"] for e in library.entries(acq.url)] == ["q4"]
+
+
+def test_seeding_goal_by_ratio_through_the_second_daemon(acq: Acquire, swarm: Swarm) -> None:
+    content, torrent, info_hash = swarm.seed("ratio.mkv", 4)
+    acq.worker("A")
+    _add(acq, torrent, "q5", "--seed-ratio", "0.5", "--seed-time", "30d")
+    swarm.connect(info_hash)
+    eventually_sync(lambda: _state(acq, "q5") == "seeding", timeout=60, what="seeding")
+    # The seeder forgets the file and fetches it back from the workflow's daemon: that
+    # upload is what raises its ratio.
+    seeder = swarm.seeder.api()
+    seeder.torrents_delete(delete_files=True, torrent_hashes=info_hash)
+    eventually_sync(lambda: not content.exists(), timeout=30, what="the seeder's data to go")
+    again = swarm.seeder.root / "again"
+    seeder.torrents_add(torrent_files=torrent.read_bytes(), save_path=str(again))
+    eventually_sync(lambda: seeder.torrents_info(torrent_hashes=info_hash), timeout=30,
+                    what="the seeder to have it again")  # fmt: skip
+    seeder.torrents_add_peers(peers=f"127.0.0.1:{swarm.downloader.bt_port}",
+                              torrent_hashes=info_hash)  # fmt: skip
+    eventually_sync(lambda: acq.order("q5")["status"] == "completed", timeout=60,
+                    what="the ratio goal and the cleanup")  # fmt: skip
+    assert _progress(seeder, info_hash) == 1.0
+    down = swarm.downloader.api()
+    eventually_sync(lambda: not down.torrents_info(), timeout=10, what="cleanup")
+    assert files.same_file(again / "ratio.mkv", acq.work / "library" / "ratio.mkv")
+
+
+def test_stalled_download_fails_and_is_cleaned(acq: Acquire, swarm: Swarm) -> None:
+    _, torrent, info_hash = swarm.seed("stall.mkv", 2)
+    assert swarm.seeder.proc is not None
+    swarm.seeder.proc.terminate()  # the only peer is gone: the download cannot progress
+    swarm.seeder.proc.wait(timeout=30)
+    acq.worker("A")
+    _add(acq, torrent, "q6", "--stall", "2s")
+    swarm.connect(info_hash)
+    eventually_sync(lambda: acq.order("q6")["status"] == "failed", timeout=60, what="the stall")
+    order = acq.order("q6")
+    assert order["state"] == "stalled"
+    assert order["error"]["message"].startswith("stalled: no progress for 2s")
+    assert "compensate:submit-download" in [s["step"] for s in order["steps"]]
+    down = swarm.downloader.api()
+    eventually_sync(lambda: not down.torrents_info(), timeout=30, what="the torrent removed")
+    assert not (swarm.downloader.save / "stall.mkv").exists()
     assert library.entries(acq.url) == []

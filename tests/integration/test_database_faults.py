@@ -20,7 +20,7 @@ from durably import DatabaseUnavailable, Durably, RetryPolicy, RunFailedError
 from durably.backends.postgres import connector as pg
 from durably.backends.sqlite import connector as lite
 from tests.faults import FaultProxy
-from tests.helpers import scaled
+from tests.helpers import duration, scaled
 
 
 def _business_table(url: str) -> None:
@@ -121,7 +121,7 @@ async def test_heartbeats_and_group_commits_never_repeat_a_step(
     async with app:
         handles = [await wf.start(i) for i in range(400)]
         began = time.monotonic()
-        async with app.worker(concurrency=50, lease="1s", heartbeat="50ms"):
+        async with app.worker(concurrency=50, lease=duration(1), heartbeat="50ms"):
             results = await asyncio.gather(*(h.result(timeout=scaled(120)) for h in handles))
         took = time.monotonic() - began
     messages = [r.getMessage() for r in caplog.records]

@@ -177,7 +177,7 @@ async def test_idempotent_start(db_url: str) -> None:
 
     async with app:
         first = await wf.start(Order(id="d5"), idempotency_key="same-key")
-        again = await wf.start({"id": "d5"}, idempotency_key="same-key")
+        again = await wf.start({"id": "d5"}, idempotency_key="same-key")  # type: ignore[arg-type]
         assert again.run_id == first.run_id
         with pytest.raises(IdempotencyConflictError, match="different input"):
             await wf.start(Order(id="d5-other"), idempotency_key="same-key")
@@ -197,9 +197,9 @@ async def test_bad_input_writes_nothing(db_url: str) -> None:
 
     async with app:
         with pytest.raises(InvalidInput, match="size"):
-            await wf.start({"id": "x", "size": "not a number"})
+            await wf.start({"id": "x", "size": "not a number"})  # type: ignore[arg-type]
         with pytest.raises(PayloadTooLarge, match="over the limit"):
-            await wf.start({"id": "x" * 2000})
+            await wf.start({"id": "x" * 2000})  # type: ignore[arg-type]
         with pytest.raises(WorkflowNotFound, match="nope"):
             await app.start("nope", {})
         assert await app.list_runs() == []

@@ -56,3 +56,13 @@ def test_retry_policy_defaults_match_openworkflow() -> None:
     p = RetryPolicy()
     assert p.max_attempts == 10
     assert [p.delay(n).total_seconds() for n in (1, 2, 3, 8, 20)] == [1, 2, 4, 100, 100]
+
+
+def test_testing_kit_exports() -> None:
+    import durably.testing
+
+    assert sorted(durably.testing.__all__) == [
+        "Environment", "ReplayReport", "SkippingClock", "replay",
+    ]  # fmt: skip
+    for name in durably.testing.__all__:
+        assert getattr(durably.testing, name).__doc__, f"{name} has no docstring"

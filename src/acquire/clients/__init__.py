@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,6 +26,15 @@ class Status:
     progress: float
     state: str
     content_path: str | None
+    done_bytes: int = 0  # grows while the download makes progress (stall detection)
+    speed: int = 0  # bytes a second, downloading
+    eta: int | None = None  # seconds left, if the client knows
+    ratio: float = 0.0  # uploaded / downloaded
+    seeding_time: float | None = None  # seconds seeded so far, if the client counts it
+
+    def as_dict(self) -> dict[str, object]:
+        """The status as JSON-able data (a step's output)."""
+        return dataclasses.asdict(self)
 
 
 class DownloadClient(Protocol):
@@ -33,8 +43,10 @@ class DownloadClient(Protocol):
     def submit(self, order_id: str, source: str) -> Submitted:
         """Start downloading `source`, or find the download already started for it."""
 
-    def status(self, info_hash: str) -> Status:
-        """The download's progress; `exists` is False if the client does not know it."""
+    def status(self, info_hash: str, source: str | None = None) -> Status:
+        """The download's progress; `exists` is False if the client does not know it.
+
+        `source` is the order's source, for a client that reads the data in place."""
 
     def remove(self, info_hash: str) -> None:
         """Remove the download and its data; an unknown one counts as removed."""

@@ -248,6 +248,7 @@ WITH v AS (
         v.fence, :worker_id, v.output, v.error, now() - v.elapsed_s * interval '1 second',
         now(), v.workflow_attempt, v.seq, to_timestamp(v.wake_s)
     FROM v JOIN done ON done.id = v.run_id
+    ORDER BY v.run_id, v.position, v.attempt
     ON CONFLICT (run_id, position, attempt) DO UPDATE SET
         status = excluded.status, final = excluded.final, compensable = excluded.compensable,
         output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
@@ -266,6 +267,82 @@ WITH v AS (
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
         updated_at = now()
     FROM done WHERE p.id = done.parent_run_id AND p.status IN ('waiting', 'running', 'pending')
+    RETURNING p.id, p.wake_requested
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
+    UNION ALL SELECT pg_notify(:channel, 'wake:' || id) FROM parent WHERE wake_requested
+)
+SELECT done.id, (SELECT count(*) FROM notified) AS notified,
+    (SELECT count(*) FROM leftover) AS leftover, (SELECT count(*) FROM records) AS records
+FROM done;
+
+-- name: finish_many
+-- The ends of several runs held by one worker (none with children), as one group commit:
+-- `:ends` is a JSON array of {run_id, fence, status, output, error} (output and error as
+-- JSON text, stored as `finish_run` stores its parameters), `:batch` their step
+-- records not yet durable. Each run is ended as `finish_run` ends one; the ids returned
+-- are the runs ended. A parent ending in the same batch is not woken (two updates of one
+-- row in one statement would leave only one of them). Run rows, parents included, are
+-- locked in id order, as the heartbeat locks them.
+WITH e AS (
+    SELECT * FROM jsonb_to_recordset(CAST(:ends AS jsonb)) AS e(run_id text, fence bigint,
+        status text, output text, error text)
+), v AS (
+    SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
+        position integer, attempt integer, step text, kind text, status text, final boolean,
+        output jsonb, error jsonb, compensable boolean, elapsed_s float8,
+        workflow_attempt integer, seq integer, wake_s float8)
+), locked AS (
+    -- The runs and their parents, all locked in id order before any is updated.
+    SELECT r.id, r.fence, r.status, r.worker_id, r.lease_expires_at, r.compensating
+    FROM {schema}.runs r
+    WHERE r.id IN (SELECT run_id FROM e)
+       OR r.id IN (SELECT c.parent_run_id FROM {schema}.runs c
+                   WHERE c.id IN (SELECT run_id FROM e) AND c.parent_run_id IS NOT NULL)
+    ORDER BY r.id
+    FOR NO KEY UPDATE
+), mine AS (
+    SELECT l.id, l.fence FROM locked l JOIN e ON e.run_id = l.id AND e.fence = l.fence
+    WHERE l.worker_id = :worker_id AND l.lease_expires_at > now()
+      AND (l.status = 'running' OR l.compensating)
+      AND (l.status <> 'canceled' OR e.status = 'canceled')
+), done AS (
+    UPDATE {schema}.runs r SET
+        status = e.status, output = CAST(e.output AS jsonb),
+        error = COALESCE(CAST(e.error AS jsonb), r.error),
+        available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = false,
+        finished_at = COALESCE(r.finished_at, now()), updated_at = now()
+    FROM e JOIN mine ON mine.id = e.run_id AND mine.fence = e.fence
+    WHERE r.id = e.run_id
+    RETURNING r.id, r.fence, r.parent_run_id
+), records AS (
+    INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
+        compensable, fence, worker_id, output, error, started_at, finished_at,
+        workflow_attempt, seq, wake_at)
+    SELECT v.run_id, v.position, v.attempt, v.step, v.kind, v.status, v.final, v.compensable,
+        v.fence, :worker_id, v.output, v.error, now() - v.elapsed_s * interval '1 second',
+        now(), v.workflow_attempt, v.seq, to_timestamp(v.wake_s)
+    FROM v JOIN done ON done.id = v.run_id AND done.fence = v.fence
+    ORDER BY v.run_id, v.position, v.attempt  -- as record_many inserts: no deadlock between them
+    ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+        status = excluded.status, final = excluded.final, compensable = excluded.compensable,
+        output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
+        seq = excluded.seq, wake_at = excluded.wake_at
+    WHERE {schema}.step_attempts.status <> 'completed'
+    RETURNING 1
+), leftover AS (
+    UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
+    FROM done WHERE a.run_id = done.id AND a.status = 'running'
+      AND (a.run_id, a.position, a.attempt) NOT IN (SELECT run_id, position, attempt FROM v)
+    RETURNING a.id
+), parent AS (
+    UPDATE {schema}.runs p SET
+        wake_requested = (p.status = 'running'),
+        status = CASE WHEN p.status = 'waiting' THEN 'pending' ELSE p.status END,
+        available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
+        updated_at = now()
+    FROM done WHERE p.id = done.parent_run_id AND p.status IN ('waiting', 'running', 'pending')
+      AND p.id NOT IN (SELECT run_id FROM e)
     RETURNING p.id, p.wake_requested
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
@@ -461,6 +538,7 @@ SELECT v.run_id, v.position, v.attempt, v.step, v.kind, v.status, v.final, v.com
     v.fence, :worker_id, v.output, v.error, now() - v.elapsed_s * interval '1 second', now(),
     v.workflow_attempt, v.seq, to_timestamp(v.wake_s)
 FROM v JOIN lease ON lease.id = v.run_id AND lease.fence = v.fence
+ORDER BY v.run_id, v.position, v.attempt  -- one order for every batch insert: no deadlock
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, final = excluded.final, compensable = excluded.compensable,
     output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,

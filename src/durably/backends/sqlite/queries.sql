@@ -222,6 +222,51 @@ UPDATE {schema}_runs SET
 WHERE claim_token = :token
 RETURNING id, 0 AS notified;
 
+-- name: finish_many
+-- The ends of several runs held by one worker, as one group commit (see the PostgreSQL
+-- twin): each run ended as `finish_run` ends one; the ids returned are the runs ended.
+UPDATE {schema}_runs SET claim_token = :token
+WHERE worker_id = :worker_id AND lease_expires_at > now()
+  AND (status = 'running' OR compensating)
+  AND EXISTS (
+    SELECT 1 FROM json_each(:ends) e
+    WHERE e.value ->> 'run_id' = {schema}_runs.id AND e.value ->> 'fence' = {schema}_runs.fence
+      AND ({schema}_runs.status <> 'canceled' OR e.value ->> 'status' = 'canceled'));
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, final,
+    compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
+    seq, wake_at)
+SELECT v.value ->> 'run_id', v.value ->> 'position', v.value ->> 'attempt', v.value ->> 'step',
+    v.value ->> 'kind', v.value ->> 'status', v.value ->> 'final', v.value ->> 'compensable',
+    v.value ->> 'fence', :worker_id, json(v.value -> 'output'), json(v.value -> 'error'),
+    now() - (v.value ->> 'elapsed_s'), now(), v.value ->> 'workflow_attempt',
+    v.value ->> 'seq', v.value ->> 'wake_s'
+FROM json_each(:batch) v
+WHERE EXISTS (SELECT 1 FROM {schema}_runs WHERE claim_token = :token
+              AND id = v.value ->> 'run_id' AND fence = v.value ->> 'fence')
+ON CONFLICT (run_id, position, attempt) DO UPDATE SET
+    status = excluded.status, final = excluded.final, compensable = excluded.compensable,
+    output = excluded.output, error = excluded.error, finished_at = excluded.finished_at,
+    seq = excluded.seq, wake_at = excluded.wake_at
+WHERE {schema}_step_attempts.status <> 'completed';
+UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now()
+WHERE status = 'running' AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
+UPDATE {schema}_runs SET
+    wake_requested = (status = 'running'),
+    status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
+    available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END,
+    updated_at = now()
+WHERE status IN ('waiting', 'running', 'pending') AND claim_token IS NOT :token
+  AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token);
+UPDATE {schema}_runs SET
+    status = e.value ->> 'status', output = e.value ->> 'output',
+    error = coalesce(e.value ->> 'error', error),
+    available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = 0,
+    finished_at = coalesce(finished_at, now()), updated_at = now(), claim_token = NULL
+FROM json_each(:ends) e
+WHERE claim_token = :token AND e.value ->> 'run_id' = {schema}_runs.id
+  AND e.value ->> 'fence' = {schema}_runs.fence
+RETURNING id, 0 AS notified;
+
 -- name: live_children
 SELECT id FROM {schema}_runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'

@@ -1,0 +1,93 @@
+"""A clock that can jump forward, on the Python side and inside PostgreSQL.
+
+SQLite reads the engine's clock through the SQL function `now()` it registers, so an
+offset on the Python side moves both. PostgreSQL runs on its own clock: the environment
+installs a schema with a function `now()` that adds the same offset (kept in a one-row
+table) and puts that schema before `pg_catalog` in the connections' `search_path`, so
+every unqualified `now()` in durably's queries reads the skipped time. Nothing in the
+engine's SQL changes; a production database never sees this schema.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from .._clock import Clock
+
+
+class SkippingClock(Clock):
+    """The engine's clock plus an offset that only grows (`advance`)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.waiters = 0  # callers inside `awaiting_result`
+
+    def time(self) -> float:
+        """Seconds since the Unix epoch, skipped time included."""
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        """Jump forward by `seconds` (monotonic time is left alone: it measures work)."""
+        if seconds < 0:
+            raise ValueError("time only moves forward")
+        self.offset += seconds
+
+    @contextlib.contextmanager
+    def awaiting_result(self) -> Iterator[None]:
+        self.waiters += 1
+        try:
+            yield
+        finally:
+            self.waiters -= 1
+
+
+def clock_schema(schema: str) -> str:
+    """The schema that holds the skipping `now()` for durably schema `schema`."""
+    return f"{schema}_testclock"
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """`url` with `options=-c search_path=…` putting `schema` before `pg_catalog`."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
+    options = dict(parse_qsl(parts.query)).get("options", "")
+    options = f"{options} -c search_path={schema},pg_catalog,public".strip()
+    query_text = urlencode([*query, ("options", options)], quote_via=quote)  # %20, not +
+    return urlunsplit(parts._replace(query=query_text))
+
+
+async def install_pg_clock(url: str, schema: str) -> None:
+    """Create (or reset to no offset) the skipping `now()` in schema `schema`."""
+    name = sql.Identifier(schema)
+    statements = [
+        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {}.skew (one boolean PRIMARY KEY CHECK (one),"
+            " seconds float8 NOT NULL)"
+        ).format(name),
+        sql.SQL(
+            "INSERT INTO {}.skew VALUES (true, 0) ON CONFLICT (one) DO UPDATE SET seconds = 0"
+        ).format(name),
+        sql.SQL(
+            "CREATE OR REPLACE FUNCTION {0}.now() RETURNS timestamptz LANGUAGE sql STABLE AS"
+            " $$ SELECT pg_catalog.now() + (SELECT seconds FROM {0}.skew) * interval '1 second' $$"
+        ).format(name),
+    ]
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("SELECT pg_advisory_lock(hashtext('durably:testclock'))")
+        for statement in statements:
+            await conn.execute(statement)
+
+
+async def set_pg_offset(url: str, schema: str, seconds: float) -> None:
+    """Make the skipping `now()` of schema `schema` run `seconds` ahead."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("UPDATE {}.skew SET seconds = %s").format(sql.Identifier(schema)), (seconds,)
+        )

@@ -1,0 +1,175 @@
+"""Replay a stored history against the current code, before deploying that code.
+
+The workflow function runs on the engine's deterministic loop; each step it issues is
+checked against the history by position, name and kind, and the recorded results are
+handed back in the run's log order. No step body runs and nothing is written: a history
+exported from production (`durably show --json RUN`) can be checked on a laptop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._codec import encode, validate
+from .._commands import Command, error_for
+from .._context import WorkflowContext
+from .._errors import NonDeterminismError, WorkflowMisuseError
+from .._loop import WorkflowLoop
+from .._replay import History, Recorded
+from .._steps import StepApi
+
+if TYPE_CHECKING:
+    from .._app import Durably
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What a replay that found no non-determinism saw.
+
+    Attributes:
+        run_id: the replayed run.
+        workflow: its workflow's name and version, as `name@version`.
+        results_replayed: recorded results handed back to the code.
+        finished: the code returned or raised within the history.
+        output: what it returned now (when it finished by returning).
+        output_changed: for a completed run, whether that output differs from the stored
+            one (code may change what it returns; it is reported, not refused).
+    """
+
+    run_id: str
+    workflow: str
+    results_replayed: int
+    finished: bool
+    output: Any = None
+    output_changed: bool = False
+
+
+def replay(app: Durably, history: dict[str, Any] | str) -> ReplayReport:
+    """Replay `history` (the JSON of `durably show --json RUN`) against `app`'s code.
+
+    Args:
+        app: the application with the current code registered (it is not connected).
+        history: the exported document, as text or parsed.
+
+    Returns:
+        A `ReplayReport` when the code still matches the history.
+
+    Raises:
+        NonDeterminismError: the code issues a different step where the history has one,
+            misses a step the history has, or (for a finished run) issues steps beyond it;
+            the message names the position and both steps.
+        WorkflowNotFound: the run's workflow version is not registered.
+        WorkflowMisuseError: the code did something that cannot be replayed.
+    """
+    doc = json.loads(history) if isinstance(history, str) else history
+    run, steps = doc["run"], doc["steps"]
+    wf = app.get_workflow(run["workflow"], run["version"])
+    replayer = _Replayer(run["run_id"], History(_entries(steps), run.get("attempts") or 1))
+    ctx = WorkflowContext(run_id=run["run_id"], workflow=wf.name, version=wf.version,
+                          attempt=run.get("attempts") or 1, step=StepApi(replayer))  # type: ignore[arg-type]  # fmt: skip
+    args = (ctx,) if not wf.takes_input else (ctx, wf.parse_input(run["input"]))
+    main = replayer.loop.create_task(wf.fn(*args))
+    try:
+        replayer.drive()
+        for rec in replayer.history.log:
+            replayer.deliver(rec, main.done())
+        replayer.check_end(run["status"], main.done())
+    finally:
+        if not main.done():
+            main.cancel()
+            replayer.loop.run_until_blocked()
+        replayer.loop.close()
+    return _report(run, wf.name, wf.version, len(replayer.history.log), main)
+
+
+class _Replayer:
+    """Stands in for the engine's `Execution` as far as `StepApi` sees it."""
+
+    max_payload = 1 << 62
+
+    def __init__(self, run_id: str, history: History) -> None:
+        self.run_id = run_id
+        self.history = history
+        self.loop = WorkflowLoop(self._misuse)  # type: ignore[abstract]  # I/O is refused
+        self.commands: dict[int, Command] = {}
+        self._position = 0
+        self._error: BaseException | None = None
+
+    def _misuse(self, error: WorkflowMisuseError) -> None:
+        self._error = self._error or error
+
+    def issue(self, make: Callable[[int], Command], name: str, kind: str) -> Command:
+        self._position += 1
+        try:
+            rec = self.history.at(self._position, name, kind)
+        except NonDeterminismError as exc:
+            self._error = self._error or exc
+            raise
+        cmd = make(self._position)
+        cmd.recorded = rec
+        self.commands[cmd.position] = cmd
+        return cmd
+
+    def drive(self) -> None:
+        self.loop.run_until_blocked()
+        if self._error is not None:
+            raise self._error
+
+    def deliver(self, rec: Recorded, ended: bool) -> None:
+        cmd = self.commands.get(rec.position)
+        if cmd is None:
+            found = "nothing more (it ended)" if ended else "no step there (it waits on others)"
+            raise NonDeterminismError(rec.position, rec.describe(), found)
+        if not cmd.future.done():
+            if rec.completed:
+                value = None if rec.kind == "sleep" else rec.output
+                typed = cmd.result_type is not Any
+                cmd.future.set_result(validate(cmd.result_type, value, "a step result")
+                                      if typed else value)  # fmt: skip
+            else:
+                cmd.future.set_exception(error_for(rec))
+        self.drive()
+
+    def check_end(self, status: str, ended: bool) -> None:
+        """A finished run's history is complete: steps beyond it are a change."""
+        if status not in ("completed", "failed", "canceled"):
+            return
+        for position, cmd in sorted(self.commands.items()):
+            if cmd.recorded is None:
+                raise NonDeterminismError(
+                    position, f"the end of the run's history (the run {status})",
+                    f"{cmd.kind} step {cmd.name!r}",
+                )  # fmt: skip
+        if not ended and status == "completed":
+            raise NonDeterminismError(
+                self._position + 1, "the end of the run's history (the run completed)",
+                "nothing, yet it has not returned (it waits on a step it did not issue)",
+            )  # fmt: skip
+
+
+def _entries(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """History entries from exported step attempts (a log order from the times when an
+    older export has no `seq`)."""
+    entries = [dict(s) for s in steps]
+    if entries and all(e.get("seq") is None for e in entries):
+        ended = sorted((e for e in entries if e.get("finished_at")),
+                       key=lambda e: e["finished_at"])  # fmt: skip
+        for seq, e in enumerate(ended, 1):
+            e["seq"] = seq
+            e.setdefault("final", e["status"] == "completed")
+    return entries
+
+
+def _report(
+    run: dict[str, Any], name: str, version: str, replayed: int, main: asyncio.Task[Any]
+) -> ReplayReport:
+    finished = main.done() and not main.cancelled()
+    output = main.result() if finished and main.exception() is None else None
+    changed = False
+    if finished and run["status"] == "completed" and main.exception() is None:
+        changed = json.loads(encode(output, "the output")) != run["output"]
+    return ReplayReport(run["run_id"], f"{name}@{version}", replayed, finished, output, changed)

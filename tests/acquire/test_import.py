@@ -1,0 +1,223 @@
+"""acquire's import with the `local` client and real worker processes, on both backends:
+multi-file releases under a template, hard links, kill -9 mid-import, free space, a
+download far longer than the step-attempt limit allows step by step, and status."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acquire import files, library
+from durably import Durably, Run
+from tests.acquire.conftest import Acquire
+from tests.helpers import duration, eventually_sync, scaled
+
+RELEASE = "Film.Name.2001.1080p.BluRay.x264-GRP"
+TEMPLATE = "{title} ({year})/{title} ({year}){ext}"
+EXPECTED = {"Film Name (2001)/Film Name (2001).mkv", "Film Name (2001)/Film Name (2001).en.srt",
+            "Film Name (2001)/Film Name (2001).fr.srt"}  # fmt: skip
+
+
+def release(acq: Acquire, mb: int = 3) -> Path:
+    """A finished folder download: film, a same-stem subtitle, Subs/, a sample, an extra."""
+    root = acq.work / "downloads" / RELEASE
+    (root / "Subs").mkdir(parents=True)
+    (root / "Sample").mkdir()
+    (root / f"{RELEASE}.mkv").write_bytes(os.urandom(mb * 1024 * 1024))
+    (root / f"{RELEASE}.en.srt").write_text("1\n00:00:01,000 --> 00:00:02,000\nHello\n")
+    (root / "Subs" / "French.srt").write_text("1\n00:00:01,000 --> 00:00:02,000\nBonjour\n")
+    (root / "Sample" / "sample.mkv").write_bytes(os.urandom(1024))
+    (root / "Film.Name.2001-trailer.mkv").write_bytes(os.urandom(1024))
+    (root / "info.nfo").write_text("release notes")
+    return root
+
+
+def add(acq: Acquire, src: Path, order_id: str, *extra: str, lib: Path | None = None) -> str:
+    out = acq.json("add", str(src), "--to", str(lib or acq.work / "library"), "--id", order_id,
+                   "--client", "local", "--retention", "0.2s", *extra)  # fmt: skip
+    return str(out["run_id"])
+
+
+def status(acq: Acquire, order_id: str) -> str:
+    return str(acq.order(order_id)["status"])
+
+
+def tree(root: Path) -> set[str]:
+    """Every file under `root` (hidden temporaries included), relative."""
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} if root.exists() \
+        else set()  # fmt: skip
+
+
+def same_inode(a: Path, b: Path) -> bool:
+    return a.stat().st_ino == b.stat().st_ino and a.stat().st_dev == b.stat().st_dev
+
+
+def assert_imported(acq: Acquire, src: Path, linked: bool) -> None:
+    lib = acq.work / "library"
+    assert tree(lib) == EXPECTED  # no sample, no extra, no temp file, no duplicate
+    film = lib / "Film Name (2001)" / "Film Name (2001).mkv"
+    assert files.same_file(src / f"{RELEASE}.mkv", film)
+    assert same_inode(src / f"{RELEASE}.mkv", film) is linked
+    assert (lib / "Film Name (2001)" / "Film Name (2001).fr.srt").read_text().endswith("Bonjour\n")
+
+
+def test_multi_file_release_hard_linked_under_the_template(acq: Acquire) -> None:
+    src = release(acq)
+    acq.worker("A")
+    add(acq, src, "m1", "--template", TEMPLATE)
+    eventually_sync(lambda: status(acq, "m1") == "completed", timeout=30, what="the order")
+    assert_imported(acq, src, linked=True)
+    assert [e["order_id"] for e in library.entries(acq.url)] == ["m1"]
+    assert tree(src.parent / RELEASE) >= {f"{RELEASE}.mkv"}  # the download is left alone
+
+
+def test_title_and_year_options_win(acq: Acquire) -> None:
+    src = release(acq, mb=1)
+    acq.worker("A")
+    add(acq, src, "m2", "--template", "{title} ({year}){ext}", "--title", "Other", "--year",
+        "1999", "--link", "copy")  # fmt: skip
+    eventually_sync(lambda: status(acq, "m2") == "completed", timeout=30, what="the order")
+    lib = acq.work / "library"
+    assert tree(lib) == {"Other (1999).mkv", "Other (1999).en.srt", "Other (1999).fr.srt"}
+    assert not same_inode(src / f"{RELEASE}.mkv", lib / "Other (1999).mkv")
+
+
+@pytest.mark.parametrize(("link", "fault"), [("hardlink", "kill-mid-import"),
+                                             ("copy", "kill-mid-copy")])  # fmt: skip
+def test_kill_9_mid_import_then_a_rerun_finishes(acq: Acquire, link: str, fault: str) -> None:
+    src = release(acq)
+    marker = acq.work / "fault-fired"
+    lease = ("--lease", duration(2), "--heartbeat", duration(0.5))
+    a = acq.worker("A", *lease, ACQUIRE_FAULT=f"{fault}:{marker}")
+    add(acq, src, "k1", "--template", TEMPLATE, "--link", link)
+    eventually_sync(lambda: a.poll() is not None, timeout=30, what="A to be killed mid-import")
+    assert a.returncode == -signal.SIGKILL and marker.exists()
+    lib = acq.work / "library"
+    for name in tree(lib):  # whatever A left: whole files under final names, or temporaries
+        if not Path(name).name.startswith("."):
+            assert name in EXPECTED
+    acq.worker("B", *lease)
+    eventually_sync(lambda: status(acq, "k1") == "completed", timeout=30, what="B to finish")
+    copies = [s["status"] for s in acq.order("k1")["steps"] if s["step"] == "copy-file"]
+    assert copies == ["abandoned", "completed"]
+    assert_imported(acq, src, linked=link == "hardlink")
+    assert [e["order_id"] for e in library.entries(acq.url)] == ["k1"]
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs the test mounts (root only), unmounted afterwards."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def test_too_little_free_space_fails_clearly_and_writes_nothing(
+    acq: Acquire, small_fs: Path
+) -> None:
+    src = release(acq, mb=3)  # 3 MB to copy onto a 2 MB filesystem
+    lib = small_fs / "library"
+    acq.worker("A")
+    add(acq, src, "s1", "--template", TEMPLATE, lib=lib)
+    eventually_sync(lambda: status(acq, "s1") == "failed", timeout=30, what="the failure")
+    order = acq.order("s1")
+    message = order["error"]["message"]
+    assert "not enough free space" in message and "needs 3.1 MB" in message, message
+    assert "bytes) are free" in message
+    assert tree(small_fs) == set()  # not a byte, not a folder's file
+    assert library.entries(acq.url) == []
+
+
+async def _runs(url: str, workflow: str) -> list[Run]:
+    async with Durably(url) as app:
+        return await app.list_runs(workflow=workflow, limit=1000)
+
+
+def _checks(url: str) -> int:
+    """Checks done by the watches that finished (each says how many so far in all)."""
+    done = [r for r in asyncio.run(_runs(url, "acquire-watch")) if r.status == "completed"]
+    return max((int(r.output["watch"]["checks"]) for r in done), default=0)
+
+
+@pytest.mark.timeout(scaled(400))  # 1200 durable checks: minutes on a loaded machine
+def test_a_wait_far_past_the_step_attempt_limit(acq: Acquire) -> None:
+    # 30 days checked every 15 minutes are 2880 checks; checked step by step (a wait and a
+    # check each) that is 5760 step attempts, far past a run's limit of 1000. Here 1200
+    # checks every 10 ms (2400 attempts' worth) stand for it.
+    src = release(acq, mb=1)
+    part = src / f"{RELEASE}.mkv.part"
+    part.write_bytes(b"still downloading")
+    env: dict[str, Any] = {"ACQUIRE_POLL": "10ms", "ACQUIRE_POLL_MAX": "10ms",
+                           "ACQUIRE_CHECKS_PER_WATCH": "100"}  # fmt: skip
+    acq.worker("A", "--concurrency", "2", **env)
+    run_id = add(acq, src, "w1", "--template", TEMPLATE)
+    eventually_sync(lambda: _checks(acq.url) >= 1200, timeout=360, what="1200 checks")
+    assert status(acq, "w1") in ("running", "waiting", "pending")
+    part.unlink()
+    eventually_sync(lambda: status(acq, "w1") == "completed", timeout=60, what="the order")
+    runs = {r.run_id: r for r in asyncio.run(_runs(acq.url, "acquire"))}
+    assert runs[run_id].attempts == 1
+    waits = [s for s in acq.order("w1")["steps"] if s["step"] == "wait-download"]
+    assert len(waits) >= 12 and len(acq.order("w1")["steps"]) < 100
+    assert tree(acq.work / "library") == EXPECTED
+
+
+def test_status_lists_state_progress_speed_eta_and_watches(acq: Acquire) -> None:
+    src = release(acq, mb=1)
+    part = src / "extra-disc.mkv.part"
+    part.write_bytes(os.urandom(1024 * 1024))
+    acq.worker("A", ACQUIRE_POLL="50ms", ACQUIRE_POLL_MAX="50ms")
+    add(acq, src, "st1", "--template", TEMPLATE)
+    eventually_sync(lambda: acq.order("st1")["state"] == "downloading", timeout=30,
+                    what="the download")  # fmt: skip
+    doc = acq.order("st1")
+    assert 0.4 < doc["progress"] < 0.6  # half the bytes are in finished files
+    table = acq.cli("status").stdout
+    for word in ("state", "progress", "speed", "ETA", "st1", "downloading"):
+        assert word in table, table
+    log = acq.work / "watch.log"
+    acq.processes.start([*acq.cli_argv(), "status", "--watch", "--every", "0.1s"], log,
+                        env=acq.env(), cwd=acq.work)  # fmt: skip
+    eventually_sync(lambda: log.read_text().count("st1") >= 2, timeout=30, what="two refreshes")
+    part.unlink()
+    eventually_sync(lambda: "done" in log.read_text().split("orders")[-1], timeout=30,
+                    what="the refreshed table to show the order done")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--template", "{title}{nope}{ext}"), "unknown template field {nope}"),
+        (("--template", "{title} ({year})"), "must end with {ext}"),
+        (("--template", "../{title}{ext}"), "inside the library"),
+        (("--template", "{title"), "bad template"),
+        (("--link", "symlink"), "--link must be"),
+        (("--seed-time", "soon"), "invalid seed-time"),
+        (("--seed-ratio", "0"), "invalid seed-ratio"),
+        (("--stall", "-1h"), "invalid stall"),
+        (("--template", "{title} ({year}){ext}", "--id", "plain"), "pass --year"),
+    ],
+)
+def test_bad_options_start_nothing(acq: Acquire, args: tuple[str, ...], message: str) -> None:
+    plain = acq.work / "downloads" / "movie.mkv"  # a name with no year in it
+    plain.parent.mkdir(parents=True)
+    plain.write_bytes(b"x")
+    done = acq.cli("add", str(plain), "--to", str(acq.work / "library"), "--client", "local",
+                   *args, check=False)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert acq.json("status") == []

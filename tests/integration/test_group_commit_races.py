@@ -1,0 +1,138 @@
+"""Races of the group commit of run ends (`finish_many`) found by review: two ends of one
+run in one batch, a value that cannot be stored, and lock orders against the heartbeat
+and against the group commit of records."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import psycopg
+import pytest
+
+from durably import Durably
+from durably._errors import PayloadTooLarge, describe
+from durably._records import Lease, NewRun, PendingStep, RunEnd
+from tests.helpers import eventually
+
+PAIR = [("wf", "v1")]
+
+
+def _app(url: str) -> Durably:
+    app = Durably(url)
+
+    @app.workflow(name="wf", version="v1")
+    async def wf(ctx: Any) -> None:
+        return None
+
+    return app
+
+
+async def _new(app: Durably, run_id: str, parent: str | None = None) -> None:
+    await app.store.create_run(NewRun("wf", "v1", "null", 3, run_id=run_id, parent_run_id=parent))
+
+
+async def _lock_waits(url: str, count: int) -> bool:
+    """At least `count` other sessions of this database wait for a row lock."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock'"
+        )
+        row = await cur.fetchone()
+        return row is not None and row[0] >= count
+
+
+@pytest.mark.parametrize("stale_first", [True, False])
+async def test_two_ends_of_one_run_in_one_batch_only_the_current_fence_counts(
+    db_url: str, stale_first: bool
+) -> None:
+    # An old execution's end still queued while the same worker claimed the run again.
+    app = _app(db_url)
+    async with app:
+        await _new(app, "r1")
+        [row] = await app.store.claim("w", PAIR, 1, 30.0)
+        old = Lease("r1", row["fence"], "w")
+        async with app.store.db.transaction() as tx:  # its lease ran out in the database
+            await tx.fetch("release", run_id="r1", fence=old.fence, worker_id="w")
+        [row] = await app.store.claim("w", PAIR, 1, 30.0)
+        new = Lease("r1", row["fence"], "w")
+        stale = PendingStep(0, 1, "stale", "function", "completed", output_json='"OLD"', seq=1)
+        ends = [RunEnd(old, "failed", None, {"type": "Stale", "message": "old"}, [stale]),
+                RunEnd(new, "completed", '"NEW"', None, [])]  # fmt: skip
+        if not stale_first:
+            ends.reverse()
+        assert await app.store.finish_many("w", ends) == {"r1"}
+        run = await app.store.get_run("r1")
+        assert (run.status, run.output, run.error) == ("completed", "NEW", None)
+        assert await app.store.list_steps("r1") == []
+
+
+async def test_an_end_that_cannot_be_stored_fails_alone() -> None:
+    huge = {"type": "E", "message": "x" * (1100 * 1024)}
+    with pytest.raises(PayloadTooLarge):  # at once, in its own run's execution
+        RunEnd(Lease("r", 1, "w"), "failed", None, huge)
+    # And an error message of any size is cut to what people can read.
+    stored = describe(ValueError("y" * (2 * 1024 * 1024)))
+    assert len(stored["message"]) < 20_000 and "characters cut" in stored["message"]
+    RunEnd(Lease("r", 1, "w"), "failed", None, stored)
+
+
+async def test_the_end_of_a_child_locks_its_parent_in_the_heartbeats_order(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The heartbeat locks a, b, c in id order; the child c's end also wakes its parent a.
+    caplog.set_level(logging.INFO, logger="durably")
+    app = _app(pg_url)
+    async with app:
+        await _new(app, "a-parent")
+        await _new(app, "b-other")
+        await _new(app, "c-child", parent="a-parent")
+        assert len(await app.store.claim("w", PAIR, 10, 30.0)) == 3
+        schema = app.connector.schema
+        async with await psycopg.AsyncConnection.connect(pg_url) as blocker:
+            await blocker.execute(f"SELECT 1 FROM {schema}.runs WHERE id = 'b-other' FOR SHARE")
+            held = {r: 1 for r in ("a-parent", "b-other", "c-child")}
+            beat = asyncio.create_task(app.store.heartbeat("w", held, 30.0))
+            await eventually(lambda: _lock_waits(pg_url, 1), what="the heartbeat to wait on b")
+            end = asyncio.create_task(app.store.finish_many(
+                "w", [RunEnd(Lease("c-child", 1, "w"), "completed", "1")]
+            ))  # fmt: skip
+            await eventually(lambda: _lock_waits(pg_url, 2), what="the end to wait")
+            await blocker.rollback()
+        await asyncio.gather(beat, end)
+        assert end.result() == {"c-child"}
+    assert not [r for r in caplog.records if "deadlock" in r.getMessage()]
+
+
+async def test_records_and_ends_insert_step_rows_in_one_order(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="durably")
+    app = _app(pg_url)
+    async with app:
+        await _new(app, "r1")
+        await _new(app, "r2")
+        rows = {r["id"]: r for r in await app.store.claim("w", PAIR, 10, 30.0)}
+        l1, l2 = (Lease(k, rows[k]["fence"], "w") for k in ("r1", "r2"))
+        x = PendingStep(0, 1, "x", "function", "completed", "1", seq=1)
+        y = PendingStep(0, 1, "y", "function", "completed", "2", seq=1)
+        schema = app.connector.schema
+        async with await psycopg.AsyncConnection.connect(pg_url) as blocker:
+            # The blocker holds r1's record's key: both statements line up behind it.
+            await blocker.execute(
+                f"INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind,"
+                " status, fence, worker_id) VALUES ('r1', 0, 1, 'z', 'function', 'running', 1,"
+                " 'w')"
+            )
+            records = asyncio.create_task(app.store.record_many("w", [(l2, y), (l1, x)]))
+            await eventually(lambda: _lock_waits(pg_url, 1), what="the records to wait")
+            ends = asyncio.create_task(app.store.finish_many("w", [
+                RunEnd(l1, "completed", "1", None, [x]), RunEnd(l2, "completed", "2", None, [y]),
+            ]))  # fmt: skip
+            await eventually(lambda: _lock_waits(pg_url, 2), what="the ends to wait")
+            await blocker.rollback()
+        await asyncio.gather(records, ends, return_exceptions=True)
+        assert ends.result() == {"r1", "r2"}
+    assert not [r for r in caplog.records if "deadlock" in r.getMessage()]

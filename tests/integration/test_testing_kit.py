@@ -1,0 +1,74 @@
+"""durably.testing: an in-process environment whose clock skips to the next timer."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from durably import ConfigurationError, Durably, WorkflowContext
+from durably.testing import Environment
+
+
+@pytest.fixture
+def env_db(db_url: str) -> str:
+    return "sqlite" if db_url.startswith("sqlite") else db_url
+
+
+async def test_skip_time_jumps_to_each_timer(env_db: str) -> None:
+    app = Durably()
+
+    @app.workflow(name="retention", version="v1")
+    async def retention(ctx: WorkflowContext, order_id: str) -> str:
+        await ctx.step.run("submit", str.upper, order_id)
+        got = await ctx.step.wait_for_signal(f"paid:{order_id}", timeout="3 days")
+        await ctx.step.sleep("retention", "7 days")
+        return f"cleaned {order_id} after {got}"
+
+    async with Environment(app, database=env_db) as env:
+        start = env.now()
+        handle = await retention.start("o1")
+        jumped = await env.skip_time()  # the signal wait times out
+        assert timedelta(days=2, hours=23) < jumped <= timedelta(days=3, seconds=1)
+        await env.wait_until_idle()
+        assert (await handle.get()).waiting_for == "sleep:retention"
+        await env.skip_time()
+        assert await handle.result(timeout="10s") == "cleaned o1 after None"
+        assert env.now() - start >= timedelta(days=10)
+        assert await env.skip_time() == timedelta(0)  # nothing left to wait for
+    assert app.url != env_db and not app._opened  # the app is given back as it was
+
+
+async def test_auto_skip_while_a_result_is_awaited(env_db: str) -> None:
+    app = Durably()
+
+    @app.workflow(name="nap", version="v1")
+    async def nap(ctx: WorkflowContext) -> int:
+        for i in range(3):
+            await ctx.step.sleep(f"day-{i}", "1 day")
+        return 3
+
+    async with Environment(app, database=env_db, auto_skip=True) as env:
+        handle = await nap.start()
+        assert await handle.result(timeout="20s") == 3
+        assert env.now() - (await handle.get()).created_at >= timedelta(days=3)
+
+
+async def test_a_signal_sent_before_skipping_wins(sqlite_url: str) -> None:
+    app = Durably()
+
+    @app.workflow(name="pay", version="v1")
+    async def pay(ctx: WorkflowContext) -> object:
+        return await ctx.step.wait_for_signal("paid", timeout="1h")
+
+    async with Environment(app) as env:
+        handle = await pay.start()
+        await env.wait_until_idle()
+        await app.send_signal("paid", {"amount": 3})
+        await env.skip_time()
+        assert await handle.result(timeout="10s") == {"amount": 3}
+
+
+def test_bad_database_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="sqlite"):
+        Environment(Durably(), database="mysql://x")
