@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._codec import encode
 from ._durations import Duration, parse_duration
-from ._errors import InvalidInput, WorkflowNotFound
+from ._errors import InvalidInput
 from ._models import TERMINAL, Run
 from ._operations import Operations, Signal
 from ._records import NewRun
@@ -57,7 +57,8 @@ class OperatingApi:
     ) -> RunHandle[Any]:
         """Start a new run whose history is the first `from_position` completed steps of
         run `run_id` (counted from 1 in history order; sleeps and waits count,
-        compensations do not), with the same input, on `version` (default: the old one's).
+        compensations do not), with the same input, on `version` (default: the old one's;
+        it need not be registered here: workers that serve it take the run).
 
         Example:
             ```python
@@ -67,17 +68,10 @@ class OperatingApi:
         Raises:
             RunNotFound: no such run.
             InvalidInput: `from_position` is out of range (nothing was written).
-            WorkflowNotFound: the workflow is registered here, but not at `version`.
         """
         await self.open()
         old = await self.get_run(run_id)
         version = version or old.version
-        known = [v for (n, v) in self.workflows if n == old.workflow]
-        if known and version not in known:
-            raise WorkflowNotFound(
-                f"workflow {old.workflow!r} has no version {version!r} here "
-                f"(registered: {', '.join(sorted(known))})"
-            )
         wf = self.workflows.get((old.workflow, version))
         new = NewRun(
             workflow=old.workflow, version=version,

@@ -38,14 +38,12 @@ class Signal:
     delivered_to: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        """`{"id", "name", "data", "created_at", "expires_at", "consumed_by"}` (and how it
-        was delivered: `buffered`, `delivered_to`)."""
+        """`{"id", "name", "data", "created_at", "expires_at", "consumed_by"}`."""
         return {
             "id": self.id, "name": self.name, "data": self.data,
             "created_at": self.created_at.isoformat(),
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
-            "consumed_by": self.consumed_by, "buffered": self.buffered,
-            "delivered_to": self.delivered_to,
+            "consumed_by": self.consumed_by,
         }  # fmt: skip
 
 
