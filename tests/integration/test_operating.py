@@ -185,3 +185,26 @@ async def test_patched_is_false_for_history_recorded_before_the_patch(db_url: st
     kinds = [(s.step, s.kind) for s in await app.list_steps(new.run_id)]
     assert ("before-wait", "patch") in kinds and ("after-wait", "patch") in kinds
     assert [s.kind for s in await app.list_steps(fresh.run_id)].count("patch") == 1
+
+
+async def test_a_signal_delivered_to_a_canceled_run_waits_for_its_resume(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="approval", version="v1")
+    async def approval(ctx: Any) -> Any:
+        return await ctx.step.wait_for_signal("approve", timeout=duration(30))
+
+    async with app:
+        async with app.worker():
+            handle = await approval.start()
+            await eventually(lambda: _is(app, handle.run_id, "waiting"), what="the wait")
+        # No worker: the signal is delivered to the wait, and the run canceled before any
+        # worker records it.
+        assert (await app.send_signal("approve", "yes"))["delivered_to"] == [handle.run_id]
+        await app.cancel(handle.run_id)
+        assert await app.list_signals() == []
+        await app.resume(handle.run_id)
+        assert [s["name"] for s in await app.list_signals()] == ["approve"]
+        async with app.worker():
+            assert await handle.result(timeout=scaled(10)) == "yes"
+        assert await app.list_signals() == []

@@ -558,10 +558,16 @@ WITH lease AS (
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
     FOR KEY SHARE
 ), gone AS (
-    UPDATE {schema}.step_attempts SET status = 'canceled', finished_at = now()
-    WHERE run_id = :run_id AND position = :position AND attempt = :attempt
-      AND status = 'running' AND EXISTS (SELECT 1 FROM lease)
-    RETURNING kind, signal, output, delivered_at
+    -- delivered_at is cleared (the signal is back in the buffer: a resume must not return
+    -- it again); the row is locked first, so the value returned is the latest.
+    UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now(),
+        delivered_at = NULL
+    FROM (SELECT id, delivered_at FROM {schema}.step_attempts
+          WHERE run_id = :run_id AND position = :position AND attempt = :attempt
+            AND status = 'running'
+          FOR UPDATE) old
+    WHERE a.id = old.id AND EXISTS (SELECT 1 FROM lease)
+    RETURNING a.kind, a.signal, a.output, old.delivered_at
 ), back AS (
     INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered)
     SELECT lease.namespace, gone.signal, gone.output, :run_id, true FROM gone, lease
@@ -575,7 +581,9 @@ SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS retu
 -- name: resume_run
 -- A failed or canceled run becomes due again as its next workflow attempt: replay keeps
 -- what that attempt's history rule keeps (see `_replay.History`), with the same number of
--- workflow attempts still to spend. A deadline already passed no longer applies.
+-- workflow attempts still to spend. A deadline already passed no longer applies. A signal
+-- delivered to a wait that ended unrecorded (the run was canceled or failed first) goes back
+-- to the run's buffer, so the resumed run's wait receives it.
 WITH resumed AS (
     UPDATE {schema}.runs SET
         status = 'pending', attempts = attempts + 1, max_attempts = max_attempts + attempts,
@@ -586,10 +594,22 @@ WITH resumed AS (
         updated_at = now()
     WHERE id = :run_id AND status IN ('failed', 'canceled') AND NOT compensating
     RETURNING *
+), unread AS (
+    UPDATE {schema}.step_attempts a SET delivered_at = NULL
+    FROM resumed
+    WHERE a.run_id = resumed.id AND a.kind = 'signal-wait' AND a.status <> 'completed'
+      AND a.delivered_at IS NOT NULL
+    RETURNING resumed.namespace, a.signal, a.output, a.run_id
+), back AS (
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered)
+    SELECT namespace, signal, output, run_id, true FROM unread
+    RETURNING id
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM resumed
 )
-SELECT resumed.*, (SELECT count(*) FROM notified) AS notified FROM resumed;
+SELECT resumed.*, (SELECT count(*) FROM notified) AS notified,
+    (SELECT count(*) FROM back) AS returned
+FROM resumed;
 
 -- name: log_rows
 SELECT id, position, attempt, step, kind, status, final, compensable, signal, child_run_id,

@@ -442,7 +442,7 @@ WHERE a.run_id = :run_id AND a.position = :position AND a.attempt = :attempt
   AND a.status = 'running' AND a.kind = 'signal-wait' AND a.delivered_at IS NOT NULL
   AND r.fence = :fence AND r.worker_id = :worker_id AND r.lease_expires_at > now()
   AND (r.status = 'running' OR r.compensating);
-UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now()
+UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now(), delivered_at = NULL
 WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND status = 'running'
   AND EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
@@ -455,7 +455,19 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id AND lease_expir
 -- name: resume_run
 -- A failed or canceled run becomes due again as its next workflow attempt: replay keeps
 -- what that attempt's history rule keeps (see `_replay.History`), with the same number of
--- workflow attempts still to spend. A deadline already passed no longer applies.
+-- workflow attempts still to spend. A deadline already passed no longer applies. A signal
+-- delivered to a wait that ended unrecorded (the run was canceled or failed first) goes back
+-- to the run's buffer, so the resumed run's wait receives it.
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, created_at)
+SELECT r.namespace, a.signal, a.output, a.run_id, 1, now()
+FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
+WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status <> 'completed'
+  AND a.delivered_at IS NOT NULL AND r.status IN ('failed', 'canceled') AND NOT r.compensating;
+UPDATE {schema}_step_attempts SET delivered_at = NULL
+WHERE run_id = :run_id AND kind = 'signal-wait' AND status <> 'completed'
+  AND delivered_at IS NOT NULL
+  AND EXISTS (SELECT 1 FROM {schema}_runs r WHERE r.id = :run_id
+              AND r.status IN ('failed', 'canceled') AND NOT r.compensating);
 UPDATE {schema}_runs SET
     status = 'pending', attempts = attempts + 1, max_attempts = max_attempts + attempts,
     output = NULL, error = NULL, available_at = now(), finished_at = NULL,
