@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 from . import _telemetry
 from ._clock import Clock
 from ._codec import DEFAULT_MAX_PAYLOAD, encode
-from ._durations import Duration
+from ._durations import Duration, parse_duration
 from ._errors import ConfigurationError, WorkflowNotFound
 from ._models import Run, StepAttempt
+from ._operating import OperatingApi
 from ._queues import Queue
 from ._records import NewRun
 from ._retry import WORKFLOW_DEFAULT, RetryPolicy
@@ -56,7 +57,7 @@ class WorkflowDecorator(Protocol):
     ) -> Workflow[In, Out]: ...
 
 
-class Durably:
+class Durably(OperatingApi):
     """A durably application: a database and the workflows registered on it.
 
     Args:
@@ -68,6 +69,8 @@ class Durably:
         max_payload_bytes: the largest JSON input, output or signal data.
         pool_size: PostgreSQL connections in the pool.
         max_step_attempts: step attempts a run may make in all (then it fails).
+        retention: keep finished runs this long; workers purge older ones periodically
+            (one worker at a time). Default: kept for ever (`app.purge` deletes them).
 
     Example:
         ```python
@@ -90,6 +93,7 @@ class Durably:
         pool_size: int = 10,
         max_step_attempts: int = 1000,
         clock: Clock | None = None,
+        retention: Duration | None = None,
     ) -> None:
         self.url = url or os.environ.get("DURABLY_DATABASE_URL") or DEFAULT_URL
         self.clock = clock or Clock()
@@ -104,6 +108,7 @@ class Durably:
         self._open_lock: asyncio.Lock | None = None
         self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
         self.queues: dict[str, Queue] = {}
+        self.retention = parse_duration(retention) if retention is not None else None
 
     def __repr__(self) -> str:
         return f"<Durably {self.connector.dialect} schema={self.connector.schema}>"
@@ -292,19 +297,23 @@ class Durably:
         idempotency_key: str | None = None,
         run_id: str | None = None,
         connection: Any = None,
+        expires: Duration | None = None,
     ) -> dict[str, Any]:
         """Send a durable signal.
 
         Every run waiting on `name` receives it; with none waiting it is stored and the
         next `wait_for_signal(name)` receives it. `run_id` addresses one run (refused when
-        that run has finished).
+        that run has finished). A buffered signal past `expires` is never delivered.
 
         Returns:
             `{"delivered_to": [run ids], "buffered": bool, "duplicate": bool}`
         """
+        expires_s = parse_duration(expires).total_seconds() if expires is not None else None
         await self.open()
         data_json = encode(data, f"the data of signal {name!r}", self.max_payload)
-        return await self.store.send_signal(name, data_json, idempotency_key, run_id, connection)
+        return await self.store.send_signal(
+            name, data_json, idempotency_key, run_id, connection, expires_s
+        )
 
     async def cancel(self, run_id: str) -> Run:
         """Cancel a run and its children; a step in flight is interrupted.

@@ -86,6 +86,31 @@ class WorkflowContext:
     step: StepApi
     input: Any = None
 
+    def patched(self, patch_id: str) -> Awaitable[bool]:
+        """Whether this run takes the code path added by patch `patch_id`: True for a run
+        that reaches this point for the first time (an old run too, once it gets here
+        after the deploy), False when replaying history recorded before the patch.
+
+        Example:
+            ```python
+            if await ctx.patched("new-copy"):
+                await ctx.step.run("copy-v2", copy_v2, order)
+            else:
+                await ctx.step.run("copy", copy, order)
+            ```
+        """
+        from ._patching import patched
+
+        return patched(self.step, patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> Awaitable[None]:
+        """Once no run takes the old path of `patch_id`: keep only the new code, call this
+        where `patched(patch_id)` was, and runs that recorded the patch still replay. It
+        takes effect at the call (awaiting it is allowed, not needed)."""
+        from ._patching import deprecate_patch
+
+        return deprecate_patch(self.step, patch_id)
+
     async def gather(self, *aws: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
         """Await steps (or branches of steps) concurrently; their results in order."""
         return list(await asyncio.gather(*aws, return_exceptions=return_exceptions))

@@ -6,6 +6,7 @@
     │   └── PayloadTooLarge          a JSON payload over the configured limit
     ├── WorkflowNotFound             no workflow registered under that name (and version)
     ├── RunNotFound                  no run with that id
+    ├── SignalNotFound               no stored signal with that id
     ├── RunTerminalError             the run already finished; the message names its status
     ├── IdempotencyConflictError     same idempotency key, different input
     ├── NonDeterminismError          replay found a different step than history recorded
@@ -60,6 +61,10 @@ class WorkflowNotFound(DurablyError):
 
 class RunNotFound(DurablyError):
     """No run has that id."""
+
+
+class SignalNotFound(DurablyError):
+    """No stored signal with that id."""
 
 
 class RunTerminalError(DurablyError):

@@ -142,6 +142,10 @@ class Execution(RunLog, LiveWaits):
 
     # --------------------------------------------------------------- issuing (workflow loop)
 
+    def next_position(self) -> int:
+        """The position the workflow's next step will take."""
+        return self._position + 1
+
     def issue(self, cmd_factory: Callable[[int], Command], name: str, kind: str) -> Command:
         """Give the workflow's next step its position and check it against history."""
         running = asyncio._get_running_loop()

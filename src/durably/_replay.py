@@ -125,6 +125,14 @@ class History:
             raise NonDeterminismError(position, rec.describe(), f"{kind} step {name!r}")
         return rec
 
+    def recorded_at(self, position: int) -> Recorded | None:
+        """What history holds at `position`, unchecked."""
+        return self._latest.get(position)
+
+    def reaches(self, position: int) -> bool:
+        """Whether history holds anything at `position` or after it."""
+        return any(p >= position for p in self._latest)
+
     def failures(self, position: int) -> int:
         return self._failures.get(position, 0)
 

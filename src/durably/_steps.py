@@ -19,6 +19,7 @@ from ._codec import encode
 from ._commands import Body, Command, StepCall, signature
 from ._context import StepContext
 from ._durations import Duration, parse_duration
+from ._events import run_set_event
 from ._retry import STEP_DEFAULT, RetryPolicy
 
 if TYPE_CHECKING:
@@ -197,6 +198,16 @@ class StepApi:
             run_id=run_id,
         )
         return StepCall(self._issue(name or f"send:{signal}", "signal-send", lifecycle))
+
+    # ---------------------------------------------------------------- events
+
+    def set_event(self, key: str, value: Any) -> StepCall[None]:
+        """Publish `value` as the run's event `key` (durable; the latest value wins).
+        Clients read it with `Durably.get_event(run_id, key)`, which waits for the first.
+        """
+        value_json = self._x.encode(value, f"the value of event {key!r}")
+        lifecycle = functools.partial(run_set_event, value_json=value_json)
+        return StepCall(self._issue(key, "event", lifecycle))
 
     # ---------------------------------------------------------------- children
 

@@ -139,16 +139,20 @@ class Store:
         idempotency_key: str | None,
         run_id: str | None,
         external: Any = None,
+        expires_s: float | None = None,
     ) -> dict[str, Any]:
         async with self.db.transaction(external) as tx:
-            result = await self.send_signal_in(tx, name, data_json, idempotency_key, run_id)
+            result = await self.send_signal_in(
+                tx, name, data_json, idempotency_key, run_id, expires_s
+            )
         if result["delivered_to"]:
             self.db.notify_local("run")
         return result
 
     async def send_signal_in(
-        self, tx: Tx, name: str, data_json: str, idempotency_key: str | None, run_id: str | None
-    ) -> dict[str, Any]:
+        self, tx: Tx, name: str, data_json: str, idempotency_key: str | None, run_id: str | None,
+        expires_s: float | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         """Deliver to every waiter (or the addressed run), else buffer; in the caller's tx."""
         # Serializes sends and waits on one name, so a wait never misses a send in flight.
         await self.lock_signal(tx, name)
@@ -174,6 +178,7 @@ class Store:
             "insert_signal", namespace=self.namespace, name=name, data=data_json,
             idempotency_key=idempotency_key, run_id=run_id,
             delivered_to=encode(delivered, "delivered_to"), buffered=not delivered,
+            expires_s=expires_s,
         )  # fmt: skip
         return {"delivered_to": delivered, "buffered": not delivered, "duplicate": False}
 

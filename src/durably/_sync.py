@@ -70,6 +70,13 @@ class SyncDurably:
     list_runs = _blocking(Durably.list_runs)
     list_steps = _blocking(Durably.list_steps)
     migrate = _blocking(Durably.migrate)
+    resume = _blocking(Durably.resume)
+    fork = _blocking(Durably.fork)
+    purge = _blocking(Durably.purge)
+    list_signals = _blocking(Durably.list_signals)
+    delete_signal = _blocking(Durably.delete_signal)
+    get_event = _blocking(Durably.get_event)
+    list_events = _blocking(Durably.list_events)
     close = _blocking(Durably.close)
 
     def result(self, run_id: str, timeout: float | None = None) -> Any:

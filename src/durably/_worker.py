@@ -18,6 +18,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from . import _retention
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
 from ._execution import Execution
@@ -102,6 +103,7 @@ class Worker:
         if scheduled and not self._stopping.is_set():
             scheduler = asyncio.create_task(Scheduler(self.app, scheduled).run(),
                                             name="durably-schedules")  # fmt: skip
+        housekeeping = _retention.start(self, self._stopping)
         watchdog = LoopWatchdog(loop, threshold=max(1.0, min(5.0, self.heartbeat_s)))
         watchdog.start()
         log.info("worker %s started (%d slots)", self.worker_id, self.concurrency)
@@ -110,7 +112,7 @@ class Worker:
             await self._drain()
         finally:
             watchdog.stop()
-            checks = [t for t in (beat, self._check_task, scheduler) if t is not None]
+            checks = [t for t in (beat, self._check_task, scheduler, housekeeping) if t]
             for task in checks:
                 task.cancel()
             await asyncio.gather(*checks, return_exceptions=True)

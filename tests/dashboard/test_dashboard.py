@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -13,14 +11,11 @@ import pytest
 
 from durably import Durably
 from durably.dashboard import Dashboard
+from tests.dashboard.conftest import NO_CHROMIUM
 from tests.helpers import scaled
 from tests.pgcluster import free_port
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("CI"),
-    reason="Debian's chromium is not installed (apt-get install chromium)",
-)
+pytestmark = NO_CHROMIUM
 
 
 def make_app(url: str) -> Durably:
@@ -46,31 +41,6 @@ def board(db_url: str) -> Iterator[tuple[str, Durably, str]]:
         httpd.shutdown()
         httpd.server_close()
         app.sync.close()
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, timeout=scaled(30) * 1000, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])  # fmt: skip
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """A fresh page; Playwright's waits (30 s each by default) stretched like any deadline."""
-    p = browser.new_page()
-    p.set_default_timeout(scaled(30) * 1000)
-    try:
-        yield p
-    finally:
-        p.close()
 
 
 def test_list_filter_open_cancel_start_and_refuse(board: Any, page: Any) -> None:

@@ -21,6 +21,7 @@ def test_exported_names() -> None:
         "WorkflowContext", "WorkflowNotFound", "WorkflowTimeoutError", "parse_duration",
         "ChildHandle", "StepLimitExceeded", "StepTimeout", "WorkflowMisuseError",
         "Queue",
+        "SignalNotFound",
     ])  # fmt: skip
     for name in durably.__all__:
         assert getattr(durably, name).__doc__, f"{name} has no docstring"

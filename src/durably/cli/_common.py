@@ -21,6 +21,7 @@ from .._errors import (
     IdempotencyConflictError,
     InvalidInput,
     RunNotFound,
+    SignalNotFound,
     WorkflowNotFound,
 )
 
@@ -28,7 +29,7 @@ T = TypeVar("T")
 
 # Errors in what the user typed exit 2, like a usage error; the rest exit 1.
 INPUT_ERRORS = (ConfigurationError, InvalidInput, WorkflowNotFound, RunNotFound,
-                IdempotencyConflictError)  # fmt: skip
+                IdempotencyConflictError, SignalNotFound)  # fmt: skip
 
 
 @dataclass

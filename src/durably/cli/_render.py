@@ -88,3 +88,20 @@ def timeline(run: Run, steps: list[StepAttempt], width: int = 30) -> None:
     elif run.error and run.error.get("traceback"):
         console.print(Text("traceback:", "bold"))
         console.print(Text(str(run.error["traceback"]).rstrip(), "red"))
+
+
+def signals_table(signals: list[dict[str, Any]]) -> None:
+    table = Table(title=f"{len(signals)} signals", title_justify="left")
+    for column in ("id", "name", "data", "created", "expires", "consumed by"):
+        table.add_column(column)
+    for s in signals:
+        table.add_row(str(s["id"]), s["name"], _short(s["data"], 40), s["created_at"][:19],
+                      (s["expires_at"] or "-")[:19], s["consumed_by"] or "")  # fmt: skip
+    console.print(table)
+
+
+def events(values: dict[str, Any]) -> None:
+    if values:
+        console.print(Text("events", "bold"))
+        for key, value in values.items():
+            console.print(f"  {key} = {_short(value, 100)}")

@@ -10,6 +10,7 @@ from .._durations import parse_instant
 from .._errors import ConfigurationError
 from . import _render
 from ._common import fail, options, parse_json, print_json, run
+from ._progress import wait_with_progress
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +43,9 @@ def start(
         None, "--concurrency-key", help="the queue's per_key limit groups by it"
     ),
     priority: int = typer.Option(0, "--priority", help="larger is claimed first (queues)"),
-    wait: bool = typer.Option(False, "--wait", help="wait until the run has finished"),
+    wait: bool = typer.Option(
+        False, "--wait", help="wait until the run has finished, showing its progress on stderr"
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Start a run; prints {"run_id", "status", "version"}."""
@@ -58,7 +61,7 @@ def start(
             priority=priority,
         )  # fmt: skip
         if wait:
-            return await handle.wait()
+            return await wait_with_progress(durably, handle.run_id)
         return handle.run or await handle.get()
 
     r = run(go(), durably)
@@ -79,23 +82,26 @@ def signal(
     data_text: str | None = typer.Option(None, "--data", help="JSON, or @file"),
     idempotency_key: str | None = typer.Option(None, "--idempotency-key"),
     run_id: str | None = typer.Option(None, "--run", help="address one run"),
+    expires: str | None = typer.Option(None, "--expires", help="drop it unread after (1d)"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Send a durable signal; prints {"delivered_to", "buffered", "duplicate"}."""
     data = parse_json(data_text, "--data")
     durably = options(ctx).load()
 
-    result = run(
-        durably.send_signal(name, data, idempotency_key=idempotency_key, run_id=run_id), durably
-    )
+    result = run(durably.send_signal(
+        name, data, idempotency_key=idempotency_key, run_id=run_id, expires=expires
+    ), durably)  # fmt: skip
     if json_out:
         print_json(result)
     elif result["duplicate"]:
         typer.echo("duplicate: this idempotency key was sent before; nothing new was sent")
     elif result["delivered_to"]:
         typer.echo(f"delivered to {', '.join(result['delivered_to'])}")
-    else:
-        typer.echo("buffered: no run is waiting; the next wait for it receives it")
+    else:  # name the buffer: a typo in the name shows here, not as a run waiting forever
+        typer.echo(f"buffered: no run is waiting for {name!r}; the next "
+                   f"wait_for_signal({name!r}) receives it (`durably signals --name "
+                   f"{name}` lists it)")  # fmt: skip
 
 
 def cancel(
@@ -146,20 +152,25 @@ def list_runs(
 
 def show(
     ctx: typer.Context,
-    run_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help="a run id, or a unique prefix of 8+ characters"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Show a run and its step attempts as a timeline."""
+    """Show a run (its id, or 8+ first characters of it), its step attempts as a timeline
+    and the latest value of each event it set."""
     durably = options(ctx).load(read_only=True)
 
     async def go() -> Any:
-        return await durably.get_run(run_id), await durably.list_steps(run_id)
+        found = await durably.run_id_from_prefix(run_id)
+        return (await durably.get_run(found), await durably.list_steps(found),
+                await durably.list_events(found))  # fmt: skip
 
-    r, steps = run(go(), durably)
+    r, steps, events = run(go(), durably)
     if json_out:
-        print_json({"run": r.to_dict(), "steps": [s.to_dict() for s in steps]})
+        print_json({"run": r.to_dict(), "steps": [s.to_dict() for s in steps],
+                    "events": events})  # fmt: skip
     else:
         _render.timeline(r, steps)
+        _render.events(events)
 
 
 def schedules(

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from .._models import Run, StepAttempt
+from . import _operating as ops
 
 STATUSES = ("pending", "running", "waiting", "completed", "failed", "canceled")
 _CSS = """
@@ -23,16 +24,20 @@ max-width:600px;overflow:auto}fieldset{margin:1em 0}
 """
 
 
-def page(title: str, body: str, message: str = "", error: str = "") -> str:
+def page(title: str, body: str, message: str = "", error: str = "", refresh: int = 0) -> str:
+    """A whole page; with `refresh`, it reloads itself every that many seconds while
+    nobody is using a form on it."""
     flash = ""
     if error:
         flash = f'<p class="error" role="alert">{escape(error)}</p>'
     elif message:
         flash = f'<p class="notice" role="status">{escape(message)}</p>'
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body><p><a href='/'>durably</a> · "
+            f"<style>{_CSS}</style></head><body data-refresh='{refresh}'>"
+            "<p><a href='/'>durably</a> · "
             f"<a href='/login'>log in</a> · <a href='/metrics'>metrics</a></p>"
-            f"<h1>{escape(title)}</h1>{flash}{body}</body></html>")  # fmt: skip
+            f"<h1>{escape(title)}</h1>{flash}{body}"
+            "<script src='/refresh.js'></script></body></html>")  # fmt: skip
 
 
 def _status(status: str) -> str:
@@ -121,16 +126,18 @@ def actions(workflows: list[str], csrf: str) -> str:
         "value='null'></label> <label>run id (optional) <input name='run_id'></label> "
         "<button type='submit'>send</button></form></fieldset>"
     )
-    return start + signal
+    return start + signal + ops.purge_form(csrf)
 
 
-def run_detail(run: Run, steps: list[StepAttempt], csrf: str) -> str:
+def run_detail(run: Run, steps: list[StepAttempt], csrf: str, events: dict[str, Any],
+               completed: int) -> str:  # fmt: skip
     facts = [("status", _status(run.status)), ("workflow", escape(f"{run.workflow}@{run.version}")),
              ("attempts", str(run.attempts)), ("fence", str(run.fence)),
              ("worker", escape(run.worker_id or "-")), ("created", _when(run.created_at)),
              ("finished", _when(run.finished_at)), ("waiting for", escape(run.waiting_for or "-")),
              ("input", _json(run.input)), ("output", _json(run.output)),
-             ("error", _error(run.error) if run.error else "-")]  # fmt: skip
+             ("error", _error(run.error) if run.error else "-"),
+             *ops.lineage(run, steps)]  # fmt: skip
     table = "<table id='run'>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>"
                                          for k, v in facts) + "</table>"  # fmt: skip
     cancel = "" if run.terminal else (
@@ -138,7 +145,8 @@ def run_detail(run: Run, steps: list[StepAttempt], csrf: str) -> str:
         f"id='cancel'><input type='hidden' name='csrf' value='{csrf}'>"
         "<button type='submit'>cancel this run</button></form>"
     )  # fmt: skip
-    return table + cancel + "<h2>steps</h2>" + timeline(run, steps)
+    return (table + cancel + ops.signal_forms(run, csrf) + ops.run_actions(run, completed, csrf)
+            + ops.events(events) + "<h2>steps</h2>" + timeline(run, steps))  # fmt: skip
 
 
 def timeline(run: Run, steps: list[StepAttempt]) -> str:
@@ -154,6 +162,9 @@ def timeline(run: Run, steps: list[StepAttempt]) -> str:
         width = max(0.5, (done - s.started_at).total_seconds() / span * 100)
         took = f"{(done - s.started_at).total_seconds():.3f}s" if s.finished_at else "…"
         result = _error(s.error) if s.error else _json(s.output)
+        if s.child_run_id:
+            child = escape(s.child_run_id)
+            result = f"child <a href='/runs/{child}'>{child}</a>{result}"
         rows.append(
             f"<tr><td>{escape(s.step)}</td><td>{escape(s.kind)}</td><td>{s.attempt}</td>"
             f"<td>{_status(s.status)}</td><td class='lane'><div class='bar' "

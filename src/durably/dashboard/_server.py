@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 from .._app import Durably
 from .._durations import parse_duration
 from .._errors import DurablyError
-from . import _metrics, _pages
+from . import _metrics, _operating, _pages
 from ._auth import Auth
 
 log = logging.getLogger("durably.dashboard")
@@ -121,6 +121,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._detail(m.group(1), query)
         elif url.path == "/login":
             self._send(200, _pages.login())
+        elif url.path == "/refresh.js":
+            self._send(200, _operating.REFRESH_JS, "text/javascript; charset=utf-8")
         elif url.path == "/metrics":
             body = _metrics.render(self.owner.client.run(_metrics.collect(self.owner.app)))
             self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
@@ -153,13 +155,17 @@ class _Handler(BaseHTTPRequestHandler):
             runs, filters, offset, PAGE, workflows, self.owner.auth.csrf()
         )
         self._send(200, _pages.page("runs", body, message=query.get("message", ""),
-                                    error=query.get("error", "")))  # fmt: skip
+                                    error=query.get("error", ""), refresh=10))  # fmt: skip
 
     def _detail(self, run_id: str, query: dict[str, str]) -> None:
-        run = self.owner.client.get_run(run_id)
-        steps = self.owner.client.list_steps(run_id)
-        body = _pages.run_detail(run, steps, self.owner.auth.csrf())
-        self._send(200, _pages.page(f"run {run_id}", body, message=query.get("message", "")))
+        client = self.owner.client
+        run = client.get_run(run_id)
+        steps = client.list_steps(run_id)
+        events = client.list_events(run_id)
+        completed = len(client.run(client.app.operations.completed_log(run)))
+        body = _pages.run_detail(run, steps, self.owner.auth.csrf(), events, completed)
+        self._send(200, _pages.page(f"run {run_id}", body, message=query.get("message", ""),
+                                    refresh=0 if run.done else 5))  # fmt: skip
 
     def _post(self) -> None:
         url = urlsplit(self.path)
@@ -181,6 +187,11 @@ class _Handler(BaseHTTPRequestHandler):
         if m := re.fullmatch(r"/runs/([0-9A-Za-z_-]+)/cancel", url.path):
             run = client.cancel(m.group(1))
             self._redirect(f"/runs/{run.run_id}?message=canceled")
+        elif m := re.fullmatch(r"/runs/([0-9A-Za-z_-]+)/(resume|fork)", url.path):
+            self._operate(m.group(1), m.group(2), form)
+        elif url.path == "/purge":
+            done = client.purge(form.get("older_than") or "30d", form.get("status") or None)
+            self._redirect(f"/?message=purged+{done['runs']}+runs+and+{done['signals']}+signals")
         elif url.path == "/start":
             data = _json_field(form, "input")
             handle = client.start(form.get("workflow", ""), data,
@@ -191,11 +202,27 @@ class _Handler(BaseHTTPRequestHandler):
                                         run_id=form.get("run_id") or None)  # fmt: skip
             if not form.get("name"):
                 raise DashboardError("a signal needs a name")
+            if form.get("run_id") and result["delivered_to"]:
+                self._redirect(f"/runs/{result['delivered_to'][0]}?message=signal+delivered")
+                return
             self._redirect(
                 f"/?message=signal+{'delivered' if result['delivered_to'] else 'buffered'}"
             )
         else:
             self._send(404, _pages.page("not found", "", error=f"no action {url.path}"))
+
+    def _operate(self, run_id: str, action: str, form: dict[str, str]) -> None:
+        client = self.owner.client
+        if action == "resume":
+            client.resume(run_id)
+            self._redirect(f"/runs/{run_id}?message=resumed")
+            return
+        try:
+            position = int(form.get("from", ""))
+        except ValueError:
+            raise DashboardError("fork from: a number of steps") from None
+        handle = client.fork(run_id, from_position=position, version=form.get("version") or None)
+        self._redirect(f"/runs/{handle.run_id}?message=forked+from+{run_id}")
 
 
 def _json_field(form: dict[str, str], name: str) -> Any:

@@ -457,9 +457,10 @@ SELECT DISTINCT run_id, (SELECT count(*) FROM notified) AS notified FROM waits;
 
 -- name: insert_signal
 INSERT INTO {schema}.signals (namespace, name, data, idempotency_key, run_id, delivered_to,
-    buffered)
+    buffered, expires_at)
 VALUES (:namespace, :name, CAST(:data AS jsonb), :idempotency_key, :run_id,
-    CAST(:delivered_to AS jsonb), :buffered)
+    CAST(:delivered_to AS jsonb), :buffered,
+    now() + CAST(:expires_s AS float8) * interval '1 second')
 RETURNING id;
 
 -- name: take_signal
@@ -467,7 +468,7 @@ UPDATE {schema}.signals SET consumed_by = :run_id, consumed_at = now()
 WHERE id = (
     SELECT id FROM {schema}.signals
     WHERE namespace = :namespace AND name = :name AND buffered AND consumed_at IS NULL
-      AND (run_id IS NULL OR run_id = :run_id)
+      AND (run_id IS NULL OR run_id = :run_id) AND (expires_at IS NULL OR expires_at > now())
     ORDER BY id LIMIT 1 FOR UPDATE
 )
 RETURNING data;
@@ -565,10 +566,16 @@ WITH lease AS (
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
     FOR KEY SHARE
 ), gone AS (
-    UPDATE {schema}.step_attempts SET status = 'canceled', finished_at = now()
-    WHERE run_id = :run_id AND position = :position AND attempt = :attempt
-      AND status = 'running' AND EXISTS (SELECT 1 FROM lease)
-    RETURNING kind, signal, output, delivered_at
+    -- delivered_at is cleared (the signal is back in the buffer: a resume must not return
+    -- it again); the row is locked first, so the value returned is the latest.
+    UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now(),
+        delivered_at = NULL
+    FROM (SELECT id, delivered_at FROM {schema}.step_attempts
+          WHERE run_id = :run_id AND position = :position AND attempt = :attempt
+            AND status = 'running'
+          FOR UPDATE) old
+    WHERE a.id = old.id AND EXISTS (SELECT 1 FROM lease)
+    RETURNING a.kind, a.signal, a.output, old.delivered_at
 ), back AS (
     INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered)
     SELECT lease.namespace, gone.signal, gone.output, :run_id, true FROM gone, lease
@@ -723,3 +730,138 @@ ON CONFLICT (namespace, workflow) DO UPDATE SET schedule = excluded.schedule,
     tz = excluded.tz, updated_at = now(),
     last_tick = GREATEST({schema}.schedules.last_tick, excluded.last_tick)
 RETURNING last_tick;
+
+-- Operating runs (§4.18): resume, fork, events, signal housekeeping, retention.
+
+-- name: resume_run
+-- A failed or canceled run becomes due again as its next workflow attempt: replay keeps
+-- what that attempt's history rule keeps (see `_replay.History`), with the same number of
+-- workflow attempts still to spend. A deadline already passed no longer applies. A signal
+-- delivered to a wait that ended unrecorded (the run was canceled or failed first) goes back
+-- to the run's buffer, so the resumed run's wait receives it.
+WITH resumed AS (
+    UPDATE {schema}.runs SET
+        status = 'pending', attempts = attempts + 1, max_attempts = max_attempts + attempts,
+        output = NULL, error = NULL, available_at = now(), finished_at = NULL,
+        worker_id = NULL, lease_expires_at = NULL, wake_requested = false,
+        waiting_for = NULL, wake_at = NULL, compensating = false,
+        deadline_at = CASE WHEN deadline_at <= now() THEN NULL ELSE deadline_at END,
+        updated_at = now()
+    WHERE id = :run_id AND status IN ('failed', 'canceled') AND NOT compensating
+    RETURNING *
+), unread AS (
+    UPDATE {schema}.step_attempts a SET delivered_at = NULL
+    FROM resumed
+    WHERE a.run_id = resumed.id AND a.kind = 'signal-wait' AND a.status <> 'completed'
+      AND a.delivered_at IS NOT NULL
+    RETURNING resumed.namespace, a.signal, a.output, a.run_id
+), back AS (
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered)
+    SELECT namespace, signal, output, run_id, true FROM unread
+    RETURNING id
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM resumed
+)
+SELECT resumed.*, (SELECT count(*) FROM notified) AS notified,
+    (SELECT count(*) FROM back) AS returned
+FROM resumed;
+
+-- name: log_rows
+SELECT id, position, attempt, step, kind, status, final, compensable, signal, child_run_id,
+    wake_at, workflow_attempt, seq
+FROM {schema}.step_attempts WHERE run_id = :run_id ORDER BY position, attempt;
+
+-- name: copy_step
+INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
+    compensable, fence, worker_id, signal, child_run_id, wake_at, output, error, started_at,
+    finished_at, workflow_attempt, seq)
+SELECT :new_run_id, position, attempt, step, kind, status, final, compensable, 0, worker_id,
+    signal, child_run_id, wake_at, output, error, started_at, finished_at, 1, :seq
+FROM {schema}.step_attempts WHERE id = :id
+RETURNING id;
+
+-- name: find_runs_by_prefix
+SELECT id FROM {schema}.runs WHERE starts_with(id, :prefix) ORDER BY id LIMIT 10;
+
+-- name: set_event
+-- A fenced write of an event step; its NOTIFY wakes `get_event` callers.
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND status = 'running'
+    FOR KEY SHARE
+), ins AS (
+    INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
+        worker_id, output, finished_at, workflow_attempt, seq)
+    SELECT :run_id, :position, :attempt, :step, 'event', 'completed', :fence, :worker_id,
+        CAST(:output AS jsonb), now(), :workflow_attempt, :seq
+    FROM lease
+    ON CONFLICT (run_id, position, attempt) DO NOTHING
+    RETURNING id
+), notified AS (
+    SELECT pg_notify(:channel, 'event:' || :run_id) FROM ins
+)
+SELECT ins.id, (SELECT count(*) FROM notified) AS notified FROM ins;
+
+-- name: get_event
+SELECT output::text AS output FROM {schema}.step_attempts
+WHERE run_id = :run_id AND kind = 'event' AND step = :key AND status = 'completed'
+ORDER BY id DESC LIMIT 1;
+
+-- name: list_events
+SELECT DISTINCT ON (step) step AS key, output::text AS value, finished_at AS set_at
+FROM {schema}.step_attempts
+WHERE run_id = :run_id AND kind = 'event' AND status = 'completed'
+ORDER BY step, id DESC;
+
+-- name: list_signals
+SELECT id, name, data::text AS data, created_at, expires_at, consumed_by, buffered,
+    delivered_to::text AS delivered_to
+FROM {schema}.signals
+WHERE namespace = :namespace AND (CAST(:name AS text) IS NULL OR name = :name)
+  AND (NOT :pending OR (buffered AND consumed_at IS NULL
+                        AND (expires_at IS NULL OR expires_at > now())))
+ORDER BY id
+LIMIT :limit;
+
+-- name: delete_signal
+DELETE FROM {schema}.signals WHERE namespace = :namespace AND id = :id RETURNING id;
+
+-- name: purge_pick
+-- The next batch of finished runs to purge, oldest first; a child whose parent still runs
+-- is kept (the parent may yet read its result). Locked rows are passed over.
+SELECT r.id FROM {schema}.runs r
+WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s * interval '1 second'
+  AND r.status = ANY(CAST(:statuses AS text[])) AND NOT r.compensating
+  AND NOT EXISTS (SELECT 1 FROM {schema}.runs p WHERE p.id = r.parent_run_id
+                  AND p.status IN ('pending', 'running', 'waiting'))
+ORDER BY r.finished_at
+LIMIT :batch
+FOR UPDATE SKIP LOCKED;
+
+-- name: purge_consumed
+DELETE FROM {schema}.signals WHERE consumed_by = ANY(CAST(:ids AS text[])) RETURNING id;
+
+-- name: purge_runs
+-- Their steps go with them (ON DELETE CASCADE).
+DELETE FROM {schema}.runs WHERE id = ANY(CAST(:ids AS text[])) RETURNING id;
+
+-- name: purge_signals
+-- Signals no run will consume: delivered at send time (kept for their idempotency key),
+-- or expired while buffered; older than the cut-off.
+DELETE FROM {schema}.signals WHERE id IN (
+    SELECT id FROM {schema}.signals
+    WHERE namespace = :namespace AND consumed_at IS NULL
+      AND ((NOT buffered AND created_at <= now() - :older_s * interval '1 second')
+           OR expires_at <= now() - :older_s * interval '1 second')
+    LIMIT :batch
+)
+RETURNING id;
+
+-- name: take_maintenance
+-- One holder of a periodic job at a time: taken when free or past `until`.
+INSERT INTO {schema}.maintenance (name, holder, until)
+VALUES (:name, :holder, now() + :every_s * interval '1 second')
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until
+WHERE {schema}.maintenance.until <= now()
+RETURNING holder;

@@ -351,8 +351,9 @@ RETURNING id AS run_id, 0 AS notified;
 
 -- name: insert_signal
 INSERT INTO {schema}_signals (namespace, name, data, idempotency_key, run_id, delivered_to,
-    buffered, created_at)
-VALUES (:namespace, :name, :data, :idempotency_key, :run_id, :delivered_to, :buffered, now())
+    buffered, created_at, expires_at)
+VALUES (:namespace, :name, :data, :idempotency_key, :run_id, :delivered_to, :buffered, now(),
+    now() + :expires_s)
 RETURNING id;
 
 -- name: take_signal
@@ -360,7 +361,7 @@ UPDATE {schema}_signals SET consumed_by = :run_id, consumed_at = now()
 WHERE id = (
     SELECT id FROM {schema}_signals
     WHERE namespace = :namespace AND name = :name AND buffered AND consumed_at IS NULL
-      AND (run_id IS NULL OR run_id = :run_id)
+      AND (run_id IS NULL OR run_id = :run_id) AND (expires_at IS NULL OR expires_at > now())
     ORDER BY id LIMIT 1
 )
 RETURNING data;
@@ -448,7 +449,7 @@ WHERE a.run_id = :run_id AND a.position = :position AND a.attempt = :attempt
   AND a.status = 'running' AND a.kind = 'signal-wait' AND a.delivered_at IS NOT NULL
   AND r.fence = :fence AND r.worker_id = :worker_id AND r.lease_expires_at > now()
   AND (r.status = 'running' OR r.compensating);
-UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now()
+UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now(), delivered_at = NULL
 WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND status = 'running'
   AND EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
@@ -579,3 +580,123 @@ ON CONFLICT (namespace, workflow) DO UPDATE SET schedule = excluded.schedule,
     tz = excluded.tz, updated_at = now(),
     last_tick = max(coalesce({schema}_schedules.last_tick, 0), excluded.last_tick)
 RETURNING last_tick;
+
+-- Operating runs (§4.18): resume, fork, events, signal housekeeping, retention.
+
+-- name: resume_run
+-- A failed or canceled run becomes due again as its next workflow attempt: replay keeps
+-- what that attempt's history rule keeps (see `_replay.History`), with the same number of
+-- workflow attempts still to spend. A deadline already passed no longer applies. A signal
+-- delivered to a wait that ended unrecorded (the run was canceled or failed first) goes back
+-- to the run's buffer, so the resumed run's wait receives it.
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, created_at)
+SELECT r.namespace, a.signal, a.output, a.run_id, 1, now()
+FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
+WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status <> 'completed'
+  AND a.delivered_at IS NOT NULL AND r.status IN ('failed', 'canceled') AND NOT r.compensating;
+UPDATE {schema}_step_attempts SET delivered_at = NULL
+WHERE run_id = :run_id AND kind = 'signal-wait' AND status <> 'completed'
+  AND delivered_at IS NOT NULL
+  AND EXISTS (SELECT 1 FROM {schema}_runs r WHERE r.id = :run_id
+              AND r.status IN ('failed', 'canceled') AND NOT r.compensating);
+UPDATE {schema}_runs SET
+    status = 'pending', attempts = attempts + 1, max_attempts = max_attempts + attempts,
+    output = NULL, error = NULL, available_at = now(), finished_at = NULL,
+    worker_id = NULL, lease_expires_at = NULL, wake_requested = 0,
+    waiting_for = NULL, wake_at = NULL, compensating = 0,
+    deadline_at = CASE WHEN deadline_at <= now() THEN NULL ELSE deadline_at END,
+    updated_at = now()
+WHERE id = :run_id AND status IN ('failed', 'canceled') AND NOT compensating
+RETURNING *, 0 AS notified;
+
+-- name: log_rows
+SELECT id, position, attempt, step, kind, status, final, compensable, signal, child_run_id,
+    wake_at, workflow_attempt, seq
+FROM {schema}_step_attempts WHERE run_id = :run_id ORDER BY position, attempt;
+
+-- name: copy_step
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, final,
+    compensable, fence, worker_id, signal, child_run_id, wake_at, output, error, started_at,
+    finished_at, workflow_attempt, seq)
+SELECT :new_run_id, position, attempt, step, kind, status, final, compensable, 0, worker_id,
+    signal, child_run_id, wake_at, output, error, started_at, finished_at, 1, :seq
+FROM {schema}_step_attempts WHERE id = :id
+RETURNING id;
+
+-- name: find_runs_by_prefix
+SELECT id FROM {schema}_runs WHERE substr(id, 1, length(:prefix)) = :prefix ORDER BY id LIMIT 10;
+
+-- name: set_event
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, fence,
+    worker_id, output, started_at, finished_at, workflow_attempt, seq)
+SELECT :run_id, :position, :attempt, :step, 'event', 'completed', :fence, :worker_id,
+    :output, now(), now(), :workflow_attempt, :seq
+WHERE EXISTS (SELECT 1 FROM {schema}_runs
+              WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+                AND lease_expires_at > now() AND status = 'running')
+ON CONFLICT (run_id, position, attempt) DO NOTHING
+RETURNING id, 0 AS notified;
+
+-- name: get_event
+SELECT output FROM {schema}_step_attempts
+WHERE run_id = :run_id AND kind = 'event' AND step = :key AND status = 'completed'
+ORDER BY id DESC LIMIT 1;
+
+-- name: list_events
+SELECT step AS key, output AS value, finished_at AS set_at FROM {schema}_step_attempts a
+WHERE run_id = :run_id AND kind = 'event' AND status = 'completed'
+  AND id = (SELECT max(b.id) FROM {schema}_step_attempts b
+            WHERE b.run_id = a.run_id AND b.kind = 'event' AND b.step = a.step
+              AND b.status = 'completed')
+ORDER BY step;
+
+-- name: list_signals
+SELECT id, name, data, created_at, expires_at, consumed_by, buffered, delivered_to
+FROM {schema}_signals
+WHERE namespace = :namespace AND (:name IS NULL OR name = :name)
+  AND (NOT :pending OR (buffered AND consumed_at IS NULL
+                        AND (expires_at IS NULL OR expires_at > now())))
+ORDER BY id
+LIMIT :limit;
+
+-- name: delete_signal
+DELETE FROM {schema}_signals WHERE namespace = :namespace AND id = :id RETURNING id;
+
+-- name: purge_pick
+-- The next batch of finished runs to purge, oldest first; a child whose parent still runs
+-- is kept (the parent may yet read its result).
+SELECT r.id FROM {schema}_runs r
+WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s
+  AND r.status IN (SELECT value FROM json_each(:statuses)) AND NOT r.compensating
+  AND NOT EXISTS (SELECT 1 FROM {schema}_runs p WHERE p.id = r.parent_run_id
+                  AND p.status IN ('pending', 'running', 'waiting'))
+ORDER BY r.finished_at
+LIMIT :batch;
+
+-- name: purge_consumed
+DELETE FROM {schema}_signals WHERE consumed_by IN (SELECT value FROM json_each(:ids))
+RETURNING id;
+
+-- name: purge_runs
+-- Their steps go with them (ON DELETE CASCADE).
+DELETE FROM {schema}_runs WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
+
+-- name: purge_signals
+-- Signals no run will consume: delivered at send time (kept for their idempotency key),
+-- or expired while buffered; older than the cut-off.
+DELETE FROM {schema}_signals WHERE id IN (
+    SELECT id FROM {schema}_signals
+    WHERE namespace = :namespace AND consumed_at IS NULL
+      AND ((NOT buffered AND created_at <= now() - :older_s)
+           OR expires_at <= now() - :older_s)
+    LIMIT :batch
+)
+RETURNING id;
+
+-- name: take_maintenance
+-- One holder of a periodic job at a time: taken when free or past `until`.
+INSERT INTO {schema}_maintenance (name, holder, until)
+VALUES (:name, :holder, now() + :every_s)
+ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until
+WHERE {schema}_maintenance.until <= now()
+RETURNING holder;

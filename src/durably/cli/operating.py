@@ -1,0 +1,95 @@
+"""`durably resume | fork | purge | signals` (§4.18)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from .._durations import parse_duration
+from .._errors import ConfigurationError
+from .._models import TERMINAL
+from . import _render
+from ._common import fail, options, print_json, run
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(resume)
+    app.command()(fork)
+    app.command()(purge)
+    app.command()(signals)
+
+
+def _print_run(doc: dict[str, Any], json_out: bool, what: str) -> None:
+    if json_out:
+        print_json(doc)
+    else:
+        typer.echo(f"{what} run {doc['run_id']} ({doc['workflow']}@{doc['version']}) "
+                   f"{doc['status']}")  # fmt: skip
+
+
+def resume(
+    ctx: typer.Context,
+    run_id: str = typer.Argument(..., help="a failed or canceled run"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Continue a failed or canceled run from its last completed step; prints the run."""
+    durably = options(ctx).load()
+    r = run(durably.resume(run_id), durably)
+    _print_run(r.to_dict(), json_out, "resumed")
+
+
+def fork(
+    ctx: typer.Context,
+    run_id: str = typer.Argument(..., help="the run to copy"),
+    from_position: int = typer.Option(..., "--from", help="how many completed steps to keep"),
+    version: str | None = typer.Option(None, "--version", help="default: the old run's"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Start a new run with the first N completed steps of RUN_ID's history; prints it."""
+    durably = options(ctx).load()
+
+    async def go() -> Any:
+        handle = await durably.fork(run_id, from_position=from_position, version=version)
+        return handle.run or await handle.get()
+
+    r = run(go(), durably)
+    _print_run(r.to_dict(), json_out, "forked")
+
+
+def purge(
+    ctx: typer.Context,
+    older_than: str = typer.Option(..., "--older-than", help="e.g. 30d, 12h, 0s"),
+    status: list[str] | None = typer.Option(None, "--status", help="repeatable"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Delete finished runs older than --older-than, their steps and consumed signals."""
+    try:
+        parse_duration(older_than)
+    except ConfigurationError as exc:
+        fail(f"--older-than: {exc}", 2)
+    wrong = [s for s in status or [] if s not in TERMINAL]
+    if wrong:
+        fail(f"--status must be completed, failed or canceled, not {', '.join(wrong)}", 2)
+    durably = options(ctx).load()
+    done = run(durably.purge(older_than, status or None), durably)
+    if json_out:
+        print_json(done)
+    else:
+        typer.echo(f"purged {done['runs']} runs and {done['signals']} signals")
+
+
+def signals(
+    ctx: typer.Context,
+    name: str | None = typer.Option(None, "--name", help="only signals of this name"),
+    all_: bool = typer.Option(False, "--all", help="also delivered, consumed and expired"),
+    limit: int = typer.Option(1000, "--limit", min=1),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """List buffered signals (no run has received them yet), or all stored ones."""
+    durably = options(ctx).load(read_only=True)
+    found = run(durably.list_signals(name, pending=not all_, limit=limit), durably)
+    if json_out:
+        print_json(found)
+    else:
+        _render.signals_table(found)

@@ -1,0 +1,71 @@
+"""Operating runs with real worker processes (§4.18): a run started on old code, parked,
+continued by a worker running patched code; resumed after a fix; forked onto a new version."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests.acceptance.conftest import Procs
+from tests.helpers import eventually_sync, scaled
+
+APP = "tests.apps.operating:app"
+
+
+def _ran(log: Path, run_id: str) -> Counter[str]:
+    if not log.exists():
+        return Counter()
+    return Counter(line.split()[1] for line in log.read_text().splitlines()
+                   if line.startswith(run_id))  # fmt: skip
+
+
+def test_patch_resume_and_fork_across_deploys(procs: Procs, tmp_path: Path) -> None:
+    log = tmp_path / "ran.log"
+    env: dict[str, Any] = {"DURABLY_APP": APP, "RAN_LOG": str(log)}
+
+    def status(run_id: str) -> str:
+        return str(procs.json("show", run_id, **env)["run"]["status"])
+
+    old_code = procs.worker("old", **env)
+    run_id = procs.json("start", "order", "--input", "1", "--version", "v1", **env)["run_id"]
+    eventually_sync(lambda: status(run_id) == "waiting", what="the run parked on old code")
+    old_code.send_signal(signal.SIGTERM)
+    old_code.wait(timeout=scaled(20))
+
+    # The deploy: patched code, `charge` still broken. The run passed "pre-check" before
+    # the patch (False), and reaches "audit" for the first time (True).
+    patched = procs.worker("patched", PATCHED="1", **env)
+    procs.json("signal", "go:1", "--data", '"paid"', **env)
+    eventually_sync(lambda: status(run_id) == "failed", what="charge failing for good")
+    assert _ran(log, run_id) == {"reserve": 1, "audit": 1, "charge": 2}
+    patched.send_signal(signal.SIGTERM)
+    patched.wait(timeout=scaled(20))
+
+    # The fix: resume continues from the last completed step, with a fresh budget.
+    procs.worker("fixed", PATCHED="1", FIXED="1", **env)
+    resumed = procs.json("resume", run_id, **env)
+    assert resumed["run_id"] == run_id and resumed["status"] == "pending"
+    eventually_sync(lambda: status(run_id) == "completed", what="the resumed run")
+    shown = procs.json("show", run_id[:12], **env)
+    assert shown["run"]["output"] == [1, "paid", "audited", "charged"]
+    assert _ran(log, run_id) == {"reserve": 1, "audit": 1, "charge": 3}
+    kinds = [(s["step"], s["kind"]) for s in shown["steps"] if s["kind"] == "patch"]
+    assert kinds == [("audit", "patch")]
+
+    again = procs.cli("resume", run_id, check=False, **env)
+    assert again.returncode == 2 and "completed" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+
+    # Fork onto v2 from the first two steps: reserve and the signal are kept.
+    before = len(procs.json("runs", **env))
+    bad = procs.cli("fork", run_id, "--from", "9", "--version", "v2", check=False, **env)
+    assert bad.returncode == 2 and "completed steps" in bad.stderr
+    assert len(procs.json("runs", **env)) == before
+    forked = procs.json("fork", run_id, "--from", "2", "--version", "v2", **env)
+    assert forked["run_id"] != run_id and forked["version"] == "v2"
+    eventually_sync(lambda: status(forked["run_id"]) == "completed", what="the fork")
+    assert procs.json("show", forked["run_id"], **env)["run"]["output"] == [
+        1, "paid", "charged-v2"]  # fmt: skip
+    assert _ran(log, forked["run_id"]) == {"charge-v2": 1}

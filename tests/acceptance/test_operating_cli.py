@@ -1,0 +1,85 @@
+"""The CLI of operating runs (§5): --version, global options after the subcommand, run-id
+prefixes, start --wait progress, signals, purge."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from durably import Durably
+from durably._records import NewRun
+from tests.acceptance.conftest import ROOT, Procs
+from tests.helpers import run_command
+from tests.processes import Processes
+
+APP = "tests.apps.operating:app"
+
+
+def _bare_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DURABLY_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+async def _two_runs_sharing_a_prefix(url: str) -> None:
+    async with Durably(url) as app:
+        for suffix in ("1", "2"):
+            await app.create_run(NewRun("report", "v1", "1", 1, run_id=f"abcdef0123{suffix}"))
+
+
+def test_version_and_global_options_after_the_subcommand(
+    procs: Procs, tmp_path: Path, processes: Processes
+) -> None:
+    env = _bare_env()
+    done = run_command("durably.cli", ("--version",), env, ROOT, check=True)
+    assert done.stdout.startswith("durably ") and done.stdout.split()[1][0].isdigit()
+
+    log = tmp_path / "w.log"
+    cmd = [sys.executable, "-m", "durably.cli", "worker", "--app", APP, "--database",
+           procs.url, "--id", "late-options"]  # fmt: skip
+    processes.start(cmd, log, env=env, cwd=ROOT)
+    started = run_command("durably.cli", (
+        "start", "report", "--input", "3", "--wait", "--json", "--app", APP,
+        f"--database={procs.url}",
+    ), env, ROOT, check=True)  # fmt: skip
+    assert '"status": "completed"' in started.stdout
+    assert "step 'part-2' (function) attempt 1 completed" in started.stderr
+    assert 'event progress = {"done": 3, "of": 3}' in started.stderr
+    assert started.stderr.splitlines()[0].endswith(": pending")
+    assert any(line.endswith(": completed") for line in started.stderr.splitlines())
+
+
+def test_show_prefix_signals_and_purge(procs: Procs) -> None:
+    env: dict[str, Any] = {"DURABLY_APP": APP}
+    asyncio.run(_two_runs_sharing_a_prefix(procs.url))
+    assert procs.json("show", "abcdef01231", **env)["run"]["run_id"] == "abcdef01231"
+    assert procs.json("show", "abcdef01232"[:11], **env)["run"]["run_id"] == "abcdef01232"
+    ambiguous = procs.cli("show", "abcdef0123", check=False, **env)
+    assert ambiguous.returncode == 2
+    assert "abcdef01231" in ambiguous.stderr and "abcdef01232" in ambiguous.stderr
+    short = procs.cli("show", "abc", check=False, **env)
+    assert short.returncode == 2 and "8 or more" in short.stderr
+
+    text = procs.cli("signal", "donwload-done:d1", "--data", "1", **env).stdout
+    assert "donwload-done:d1" in text and "buffered" in text
+    procs.json("signal", "other", "--expires", "1 day", **env)
+    listed = procs.json("signals", **env)
+    assert [s["name"] for s in listed] == ["donwload-done:d1", "other"]
+    assert listed[1]["expires_at"] is not None
+    assert [s["name"] for s in procs.json("signals", "--name", "other", **env)] == ["other"]
+    bad = procs.cli("signal", "x", "--expires", "soon", check=False, **env)
+    assert bad.returncode == 2 and len(procs.json("signals", "--all", **env)) == 2
+
+    bad = procs.cli("purge", "--older-than", "30 parsecs", check=False, **env)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --older-than")
+    bad = procs.cli("purge", "--older-than", "0s", "--status", "waiting", check=False, **env)
+    assert bad.returncode == 2
+    procs.cli("cancel", "abcdef01231", **env)
+    assert procs.json("purge", "--older-than", "30d", **env) == {"runs": 0, "signals": 0}
+    assert procs.json("purge", "--older-than", "0s", **env) == {"runs": 1, "signals": 0}
+    assert [r["run_id"] for r in procs.json("runs", **env)] == ["abcdef01232"]
+    resumed = procs.cli("resume", "abcdef01232", check=False, **env)
+    assert resumed.returncode == 2 and "pending" in resumed.stderr

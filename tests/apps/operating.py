@@ -1,0 +1,77 @@
+"""An app for operating runs with real worker processes (§4.18): resume, fork, patching.
+
+Configured by environment: DURABLY_DATABASE_URL; PATCHED=1 runs the code after a deploy
+that added two patches; FIXED=1 makes `charge` succeed; RAN_LOG, a file each step body
+appends "run_id step" to (what ran, across processes).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from durably import Durably, RetryPolicy, StepContext
+
+app = Durably(os.environ.get("DURABLY_DATABASE_URL", "sqlite:///durably.db"))
+PATCHED = os.environ.get("PATCHED") == "1"
+FIXED = os.environ.get("FIXED") == "1"
+TWICE = RetryPolicy(max_attempts=2, initial_interval="10ms")
+
+
+def body(ctx: StepContext, value: Any) -> Any:
+    with open(os.environ["RAN_LOG"], "a") as out:
+        out.write(f"{ctx.run_id} {ctx.step}\n")
+    if ctx.step == "charge" and not FIXED:
+        raise RuntimeError("card declined")
+    return value
+
+
+@app.workflow(name="order", version="v1")
+async def order(ctx: Any, n: int) -> list[Any]:
+    out = [await ctx.step.run("reserve", body, n)]
+    if PATCHED and await ctx.patched("pre-check"):
+        out.append(await ctx.step.run("pre-check", body, "checked"))
+    out.append(await ctx.step.wait_for_signal(f"go:{n}", timeout="60s"))
+    if PATCHED and await ctx.patched("audit"):
+        out.append(await ctx.step.run("audit", body, "audited"))
+    out.append(await ctx.step.run("charge", body, "charged", retry=TWICE))
+    return out
+
+
+@app.workflow(name="order", version="v2")
+async def order_v2(ctx: Any, n: int) -> list[Any]:
+    out = [await ctx.step.run("reserve", body, n)]
+    out.append(await ctx.step.wait_for_signal(f"go:{n}", timeout="60s"))
+    out.append(await ctx.step.run("charge-v2", body, "charged-v2"))
+    return out
+
+
+def same(value: int) -> int:
+    return value
+
+
+@app.workflow(name="report", version="v1")
+async def report(ctx: Any, parts: int) -> int:
+    for part in range(1, parts + 1):
+        await ctx.step.run(f"part-{part}", same, part)
+        await ctx.step.set_event("progress", {"done": part, "of": parts})
+    return parts
+
+
+@app.workflow(name="child", version="v1")
+async def child(ctx: Any, n: int) -> int:
+    return int(await ctx.step.run("double", same, n * 2))
+
+
+def explode() -> None:
+    if not FIXED:
+        raise ValueError("boom: the approval came but the charge could not be made, " * 3)
+
+
+@app.workflow(name="parent", version="v1")
+async def parent(ctx: Any, name: str) -> int:
+    got = await ctx.step.run_workflow(child, 21)
+    await ctx.step.set_event("stage", {"child": got})
+    await ctx.step.wait_for_signal(f"approve:{name}")
+    await ctx.step.run("explode", explode, retry=RetryPolicy(max_attempts=1))
+    return int(got)

@@ -1,0 +1,82 @@
+"""Events (§4.18) and signal housekeeping, on both backends."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from durably import Durably, RunNotFound, SignalNotFound
+from tests.helpers import duration, eventually, scaled
+
+
+async def test_events_are_durable_latest_wins_and_wake_a_waiting_reader(db_url: str) -> None:
+    app = Durably(db_url)
+    bodies: list[int] = []
+
+    @app.workflow(name="progress", version="v1")
+    async def progress(ctx: Any) -> str:
+        await ctx.step.set_event("progress", {"done": 0})
+        await ctx.step.run("work", bodies.append, 1)
+        await ctx.step.set_event("progress", {"done": 1})
+        await ctx.step.wait_for_signal("finish", timeout=duration(30))
+        await ctx.step.set_event("progress", {"done": 2})
+        return "ok"
+
+    async with app:
+        handle = await progress.start()
+        assert await app.get_event(handle.run_id, "progress", timeout="50ms") is None
+        reader = asyncio.create_task(app.get_event(handle.run_id, "progress", timeout=scaled(10)))
+        async with app.worker():
+            assert (await reader) in ({"done": 0}, {"done": 1})  # woken by the first
+            await eventually(lambda: _waiting(app, handle.run_id), what="the signal wait")
+            assert await app.get_event(handle.run_id, "progress") == {"done": 1}
+            await app.send_signal("finish")
+            assert await handle.result(timeout=scaled(10)) == "ok"
+        assert await app.get_event(handle.run_id, "progress", timeout=0) == {"done": 2}
+        assert await app.list_events(handle.run_id) == {"progress": {"done": 2}}
+        steps = [(s.step, s.kind) for s in await app.list_steps(handle.run_id)]
+        assert steps.count(("progress", "event")) == 3  # replays wrote nothing again
+        assert bodies == [1]
+        with pytest.raises(RunNotFound):
+            await app.get_event("nope", "progress")
+
+
+async def _waiting(app: Durably, run_id: str) -> bool:
+    return (await app.get_run(run_id)).status == "waiting"
+
+
+async def test_list_delete_and_expire_buffered_signals(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="waiter", version="v1")
+    async def waiter(ctx: Any, topic: str) -> Any:
+        return await ctx.step.wait_for_signal(topic, timeout=duration(1))
+
+    async with app:
+        await app.send_signal("stale", 1, expires="1ms")
+        kept = await app.send_signal("kept", 2, expires="1 day")
+        assert kept == {"delivered_to": [], "buffered": True, "duplicate": False}
+        await app.send_signal("typo", 3)
+        pending = await app.list_signals()
+        assert [(s["name"], s["data"]) for s in pending] == [("kept", 2), ("typo", 3)]
+        assert set(pending[0]) == {"id", "name", "data", "created_at", "expires_at",
+                                   "consumed_by"}  # fmt: skip
+        assert pending[0]["expires_at"] is not None and pending[1]["expires_at"] is None
+        assert [s["name"] for s in await app.list_signals(pending=False)] == [
+            "stale", "kept", "typo"]  # fmt: skip
+        assert [s["name"] for s in await app.list_signals(name="typo")] == ["typo"]
+
+        await app.delete_signal(pending[1]["id"])
+        with pytest.raises(SignalNotFound):
+            await app.delete_signal(pending[1]["id"])
+        assert [s["name"] for s in await app.list_signals()] == ["kept"]
+
+        async with app.worker():
+            stale, got = await waiter.start("stale"), await waiter.start("kept")
+            assert await got.result(timeout=scaled(10)) == 2
+            assert await stale.result(timeout=scaled(10)) is None  # expired: never delivered
+        consumed = await app.list_signals(name="kept", pending=False)
+        assert consumed[0]["consumed_by"] == got.run_id
+        assert await app.list_signals() == []

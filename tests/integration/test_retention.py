@@ -1,0 +1,108 @@
+"""Retention (§4.18): purging finished runs, their steps and consumed signals; periodic
+purges by workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from durably import ConfigurationError, Durably, InvalidInput, RunNotFound
+from durably._operations import Operations
+from tests.helpers import duration, eventually, scaled
+
+
+def _app(db_url: str, **options: Any) -> Durably:
+    app = Durably(db_url, **options)
+
+    @app.workflow(name="job", version="v1")
+    async def job(ctx: Any, how: str) -> str:
+        if how == "wait":
+            return str(await ctx.step.wait_for_signal("never", timeout=duration(60)))
+        got = await ctx.step.wait_for_signal(f"in:{how}", timeout=duration(30))
+        if how == "fail":
+            raise ValueError("failed on purpose")
+        return f"{how}:{got}"
+
+    return app
+
+
+async def test_purge_deletes_finished_runs_steps_and_consumed_signals(db_url: str) -> None:
+    app = _app(db_url)
+    job = app.get_workflow("job")
+    async with app:
+        for how in ("ok", "fail"):
+            await app.send_signal(f"in:{how}", how)  # buffered, consumed by the run
+        async with app.worker():
+            ok = await job.start("ok", idempotency_key="k1")
+            failed = await job.start("fail")
+            waiting = await job.start("wait")
+            await ok.wait(timeout=scaled(10))
+            await failed.wait(timeout=scaled(10))
+            await eventually(lambda: _status(app, waiting.run_id, "waiting"), what="a wait")
+        canceled = await job.start("x", available_at="+1h")
+        await app.cancel(canceled.run_id)
+
+        with pytest.raises(ConfigurationError):
+            await app.purge(older_than="soon")
+        with pytest.raises(InvalidInput, match="running"):
+            await app.purge(older_than="0s", status=["running"])
+        assert await app.purge(older_than="1h") == {"runs": 0, "signals": 0}
+        assert len(await app.list_runs()) == 4
+
+        assert await app.purge(older_than="0s", status="failed") == {"runs": 1, "signals": 1}
+        with pytest.raises(RunNotFound):
+            await app.list_steps(failed.run_id)
+        assert await app.purge(older_than="0s") == {"runs": 2, "signals": 1}
+        assert [r.run_id for r in await app.list_runs()] == [waiting.run_id]
+        assert await app.list_signals(pending=False) == []
+        again = await job.start("ok", idempotency_key="k1")  # the key went with its run
+        assert again.run_id != ok.run_id
+        await app.cancel(waiting.run_id)
+
+
+async def _status(app: Durably, run_id: str, status: str) -> bool:
+    return (await app.get_run(run_id)).status == status
+
+
+async def test_purge_goes_in_batches_and_keeps_children_of_live_parents(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="leaf", version="v1")
+    async def leaf(ctx: Any, n: int) -> int:
+        return n
+
+    @app.workflow(name="parent", version="v1")
+    async def parent(ctx: Any) -> int:
+        value = await ctx.step.run_workflow(leaf, 7)
+        await ctx.step.wait_for_signal("release", timeout=duration(30))
+        return int(value)
+
+    async with app:
+        async with app.worker():
+            leaves = [await leaf.start(n) for n in range(5)]
+            for handle in leaves:
+                await handle.wait(timeout=scaled(10))
+            p = await parent.start()
+            await eventually(lambda: _status(app, p.run_id, "waiting"), what="the parent")
+            ops = Operations(app.store)
+            done = await ops.purge(0, ["completed"], batch=2)
+            assert done == {"runs": 5, "signals": 0}  # not the child: its parent runs
+            assert len(await app.list_runs(workflow="leaf")) == 1
+            await app.send_signal("release")
+            assert await p.result(timeout=scaled(10)) == 7
+        assert (await app.purge(older_than="0s"))["runs"] == 2
+
+
+async def test_workers_with_retention_purge_periodically(db_url: str) -> None:
+    app = _app(db_url, retention="0s")
+    job = app.get_workflow("job")
+    async with app, app.worker(), app.worker():
+        await app.send_signal("in:ok", 1)
+        handle = await job.start("ok")
+        assert await handle.result(timeout=scaled(10)) == "ok:1"
+
+        async def gone() -> bool:
+            return not await app.list_runs()
+
+        await eventually(gone, timeout=15, what="the finished run purged by a worker")
