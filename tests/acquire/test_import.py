@@ -1,21 +1,23 @@
-"""acquire's import with the `local` client and real worker processes, on both backends:
-multi-file releases under a template, hard links, kill -9 mid-import, free space, a
-download far longer than the step-attempt limit allows step by step, and status."""
+"""acquire's import with the `local` client, on both backends: with real worker processes,
+multi-file releases under a template, hard links, kill -9 mid-import, free space and
+status; with `durably.testing` skipping time, a 30-day download on the real poll schedule
+(far longer than the step-attempt limit allows step by step)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from acquire import files, library
-from durably import Durably, Run
+from acquire import files, library, watch
+from acquire import workflow as wf
+from durably.testing import Environment
 from tests.acquire.conftest import Acquire
 from tests.helpers import duration, eventually_sync, scaled
 
@@ -142,38 +144,50 @@ def test_too_little_free_space_fails_clearly_and_writes_nothing(
     assert library.entries(acq.url) == []
 
 
-async def _runs(url: str, workflow: str) -> list[Run]:
-    async with Durably(url) as app:
-        return await app.list_runs(workflow=workflow, limit=1000)
-
-
-def _checks(url: str) -> int:
-    """Checks done by the watches that finished (each says how many so far in all)."""
-    done = [r for r in asyncio.run(_runs(url, "acquire-watch")) if r.status == "completed"]
-    return max((int(r.output["watch"]["checks"]) for r in done), default=0)
-
-
-@pytest.mark.timeout(scaled(400))  # 1200 durable checks: minutes on a loaded machine
-def test_a_wait_far_past_the_step_attempt_limit(acq: Acquire) -> None:
-    # 30 days checked every 15 minutes are 2880 checks; checked step by step (a wait and a
-    # check each) that is 5760 step attempts, far past a run's limit of 1000. Here 1200
-    # checks every 10 ms (2400 attempts' worth) stand for it.
+@pytest.mark.timeout(scaled(600))  # 2888 checks, each a resumed run: minutes when loaded
+async def test_a_30_day_download_with_time_skipped(
+    acq: Acquire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 30 days at the real schedule (ACQUIRE_POLL 5s doubling up to ACQUIRE_POLL_MAX 15m,
+    # both read when a watch starts) are 2888 checks; checked step by step (a wait and a
+    # check each) that is 5776 step attempts, far past a run's limit of 1000: the watches
+    # are child runs of at most `watch.CHECKS` checks (read at import) each.
+    monkeypatch.delenv("ACQUIRE_POLL", raising=False)
+    monkeypatch.delenv("ACQUIRE_POLL_MAX", raising=False)
+    assert (watch.poll_first(), watch.poll_max()) == (5.0, 900.0)
+    lib = acq.work / "library"
     src = release(acq, mb=1)
     part = src / f"{RELEASE}.mkv.part"
     part.write_bytes(b"still downloading")
-    env: dict[str, Any] = {"ACQUIRE_POLL": "10ms", "ACQUIRE_POLL_MAX": "10ms",
-                           "ACQUIRE_CHECKS_PER_WATCH": "100"}  # fmt: skip
-    acq.worker("A", "--concurrency", "2", **env)
-    run_id = add(acq, src, "w1", "--template", TEMPLATE)
-    eventually_sync(lambda: _checks(acq.url) >= 1200, timeout=360, what="1200 checks")
-    assert status(acq, "w1") in ("running", "waiting", "pending")
-    part.unlink()
-    eventually_sync(lambda: status(acq, "w1") == "completed", timeout=60, what="the order")
-    runs = {r.run_id: r for r in asyncio.run(_runs(acq.url, "acquire"))}
-    assert runs[run_id].attempts == 1
-    waits = [s for s in acq.order("w1")["steps"] if s["step"] == "wait-download"]
-    assert len(waits) >= 12 and len(acq.order("w1")["steps"]) < 100
-    assert tree(acq.work / "library") == EXPECTED
+    database = "sqlite" if acq.url.startswith("sqlite") else acq.url
+    wall = time.monotonic()
+    async with Environment(wf.app, database=database, auto_skip=True) as env:
+        library.ensure_tables(wf.app.url)  # the test database the environment points at
+        order = wf.Order(id="w1", source=str(src), library=str(lib), client="local",
+                         retention="1h", template=TEMPLATE)  # fmt: skip
+        handle = await wf.acquire.start(order, idempotency_key="acquire:w1")
+        begun = env.now()
+        while env.now() - begun < timedelta(days=30):  # the real schedule, timer by timer
+            assert await env.skip_time(timeout=scaled(30)) > timedelta(0), await handle.get()
+        assert (await handle.get()).status in ("running", "waiting", "pending")
+        part.unlink()  # the download completes once 30 days have passed
+        output = await handle.result(timeout=scaled(60))  # the rest of the time skips
+        run = await handle.get()
+        watches = await wf.app.list_runs(workflow="acquire-watch", limit=1000)
+        steps = await wf.app.list_steps(run.run_id)
+        simulated = env.now() - begun
+        entries = library.entries(wf.app.url)
+    checks = max(int(w.output["watch"]["checks"]) for w in watches if w.status == "completed")
+    print(f"\n30-day download ({database.split(':')[0]}): {simulated.total_seconds() / 86400:.2f}"
+          f" simulated days, {checks} checks in {len(watches)} watches,"
+          f" {time.monotonic() - wall:.1f}s wall")  # fmt: skip
+    assert run.status == "completed" and run.attempts == 1
+    assert output["files"] and tree(lib) == EXPECTED
+    assert [e["order_id"] for e in entries] == ["w1"]
+    assert checks >= 2880 and len(watches) >= -(-2880 // watch.CHECKS)
+    assert all(w.status == "completed" for w in watches)
+    waits = [s for s in steps if s.step == "wait-download"]
+    assert len(waits) == len(watches) and len(steps) < 100
 
 
 def test_status_lists_state_progress_speed_eta_and_watches(acq: Acquire) -> None:

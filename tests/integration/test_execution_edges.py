@@ -6,9 +6,11 @@ error, business errors inside `step.transaction`, long transactions and the hear
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from durably import Durably, NonRetryableError, RetryPolicy
+from durably.testing import Environment
 from tests.helpers import eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -120,11 +122,14 @@ async def test_signal_sent_between_workflow_attempts_is_lost(db_url: str) -> Non
         )
         return sig
 
-    async with app, app.worker():
+    database = "sqlite" if db_url.startswith("sqlite") else db_url
+    async with Environment(app, database=database) as env:  # the back-off is skipped
         handle = await retried.start()
+        await env.wait_until_idle()
         # attempt 1 failed and is pending its retry (2s back-off)
-        await eventually(lambda: _run_attempts(app, handle.run_id, 2), what="retry scheduled")
+        assert await _run_attempts(app, handle.run_id, 2)
         await app.send_signal("go", {"v": 1})
+        assert await env.skip_time() >= timedelta(seconds=1)
         run = await handle.wait(timeout=scaled(8))
     assert run.status == "completed", run
 
