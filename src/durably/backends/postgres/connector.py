@@ -160,9 +160,11 @@ class PostgresConnector:
         self._lease_pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._queries: dict[str, list[LiteralString]] = {}
         self._lock = asyncio.Lock()
+        self._closed = False
 
     async def open(self) -> None:
         async with self._lock:
+            self._closed = False
             if self._pool is not None:
                 return
             try:
@@ -198,6 +200,7 @@ class PostgresConnector:
         return rendered
 
     async def close(self) -> None:
+        self._closed = True
         pools, self._pool, self._lease_pool = (self._pool, self._lease_pool), None, None
         for pool in pools:
             if pool is not None:
@@ -282,6 +285,8 @@ class PostgresConnector:
 
     async def _ensure_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
         if self._pool is None:
+            if self._closed:  # a task that outlived close() must not open a new pool
+                raise DatabaseUnavailable("the app is closed (Durably.close())")
             await self.open()
         assert self._pool is not None
         return self._pool
