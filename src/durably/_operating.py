@@ -77,7 +77,8 @@ class OperatingApi:
             workflow=old.workflow, version=version,
             max_attempts=wf.retry.max_attempts if wf is not None else 1,
             input_json=encode(old.input, "the input", self.max_payload),
-        )  # fmt: skip
+            queue=old.queue, concurrency_key=old.concurrency_key, priority=old.priority,
+        )  # fmt: skip  # a fork stays under its queue's limits
         run = await self.operations.fork(old, from_position, new)
         handle = self.handle(run.run_id)
         handle.run = run
