@@ -21,25 +21,16 @@ import re
 import sqlite3
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from durably import Durably
 
+from . import scenarios
+
 SCHEMA = "durably_backlog"
 PAIRS = [("bench", "v1")]
-
-
-async def _reset(url: str) -> None:
-    if url.startswith("sqlite"):
-        path = url.removeprefix("sqlite:///")
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-        return
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
 
 
 def _insert_runs(url: str, prefix: str, workflow: str, version: str, n: int, ago: int) -> None:
@@ -118,7 +109,7 @@ async def _measure(app: Durably, url: str, calls: int, state: str) -> dict[str, 
 
 
 async def main(url: str, backlog: int, calls: int, served: bool) -> dict[str, Any]:
-    await _reset(url)
+    await scenarios.reset(url, SCHEMA)
     app = Durably(url, schema=SCHEMA)
     async with app:
         empty = await _measure(app, url, calls, "empty")

@@ -16,25 +16,16 @@ import asyncio
 import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from durably import Durably
 
+from . import scenarios
+
 SCHEMA = "durably_purge"
 PAIRS = [("bench", "v1")]
-
-
-async def _reset(url: str) -> None:
-    if url.startswith("sqlite"):
-        path = url.removeprefix("sqlite:///")
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-        return
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
 
 
 PG_FILL = """
@@ -104,7 +95,7 @@ def _summary(times: list[float]) -> dict[str, float]:
 
 
 async def main(url: str, finished: int, steps: int, baseline_s: float) -> dict[str, Any]:
-    await _reset(url)
+    await scenarios.reset(url, SCHEMA)
     app = Durably(url, schema=SCHEMA)
 
     @app.workflow(name="bench", version="v1")

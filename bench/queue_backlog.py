@@ -16,7 +16,8 @@ import asyncio
 import json
 from typing import Any
 
-from bench.backlog import SCHEMA, _insert_runs, _reset, _timed
+from bench import scenarios
+from bench.backlog import SCHEMA, _insert_runs, _timed
 from durably import Durably
 from durably._queues import QueueClaims
 
@@ -72,7 +73,7 @@ async def _measure(app: Durably, url: str, calls: int, state: str) -> dict[str, 
 
 
 async def main(url: str, backlog: int, calls: int) -> dict[str, Any]:
-    await _reset(url)
+    await scenarios.reset(url, SCHEMA)
     app = _app(url)
     async with app:
         await claims_declared(app)

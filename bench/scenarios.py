@@ -37,7 +37,8 @@ def make_app(url: str, queue_concurrency: int | None = None) -> Durably:
     return app
 
 
-async def reset(url: str) -> None:
+async def reset(url: str, schema: str = SCHEMA) -> None:
+    """An empty start: the SQLite file and its journals removed, or the schema dropped."""
     if url.startswith("sqlite"):
         import pathlib
 
@@ -46,7 +47,7 @@ async def reset(url: str) -> None:
             pathlib.Path(f"{path}{suffix}").unlink(missing_ok=True)
         return
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def stats(xs: list[float]) -> dict[str, float]:
