@@ -1,0 +1,78 @@
+"""How a run's end is written: alone (`finish_run`, with its children in one transaction)
+or by group commit with other runs' ends (`finish_many`); and what a refused end means."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from ._codec import encode
+from ._errors import LeaseLostError
+from ._records import Lease, PendingStep, RunEnd
+from .backends import Connector, Row
+
+
+class RunEnds:
+    """The run-end half of `Store` (a mixin: it needs `db` and `channel`)."""
+
+    db: Connector
+    channel: str
+
+    async def finish_many(self, worker_id: str, ends: list[RunEnd]) -> set[str]:
+        """End several runs (none with children) in one statement, each as `finish_run`
+        ends one; the ids of the runs ended. Any other was refused: see `end_refused`."""
+        batch = ",".join(r.batch_entry(end.lease) for end in ends for r in end.records or [])
+        rows = await self.db.fetch(
+            "finish_many", worker_id=worker_id, channel=self.channel, token=uuid.uuid4().hex,
+            ends="[" + ",".join(end.entry for end in ends) + "]", batch=f"[{batch}]",
+        )  # fmt: skip
+        if rows:
+            self.db.notify_local("run")
+        return {row["id"] for row in rows}
+
+    async def end_refused(self, lease: Lease) -> bool:
+        """A run's end was not written: False if it was canceled meanwhile and is still
+        ours (the caller compensates and ends it canceled); else LeaseLostError."""
+        if await self.db.fetch("check_lease", **lease.params()):
+            return False
+        raise LeaseLostError(f"lost the lease on run {lease.run_id}; its end was not recorded")
+
+    async def finish_run(
+        self,
+        lease: Lease,
+        status: str,
+        output_json: str | None = None,
+        error: dict[str, Any] | None = None,
+        children: bool = False,
+        records: list[PendingStep] | None = None,
+    ) -> bool:
+        """End the run, writing `records` (step records not yet durable) with it; with
+        `children`, in the same transaction cancel the children it leaves behind (unless
+        started to be abandoned). False: the run was canceled meanwhile and is still ours
+        (the caller compensates and ends it canceled)."""
+        batch = "[" + ",".join(r.batch_entry(lease) for r in records or []) + "]"
+        params = dict(
+            lease.params(), status=status, output=output_json, channel=self.channel,
+            error=encode(error, "error") if error else None, token=uuid.uuid4().hex,
+            batch=batch,
+        )  # fmt: skip
+        canceled: list[Row] = []
+        if not children:  # one statement, one round trip
+            rows = await self.db.fetch("finish_run", **params)
+        else:
+            async with self.db.transaction() as tx:
+                rows = await tx.fetch("finish_run", **params)
+                for child in await tx.fetch("live_children", run_id=lease.run_id) if rows else []:
+                    canceled += await tx.fetch(
+                        "cancel_tree", run_id=child["id"], channel=self.channel,
+                        token=uuid.uuid4().hex, error=encode({
+                            "type": "ParentClosed",
+                            "message": f"parent run {lease.run_id} ended {status}",
+                        }, "error"),
+                    )  # fmt: skip
+        if not rows:
+            return await self.end_refused(lease)
+        for row in canceled:
+            self.db.notify_local(f"cancel:{row['id']}")
+        self.db.notify_local("run")
+        return True
