@@ -22,7 +22,7 @@ from . import _retention
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
 from ._execution import Execution
-from ._queues import Claimer, QueueClaims
+from ._queues import Claimer, Queue, QueueClaims
 from ._recorder import StepRecorder
 from ._runlog import Stop
 from ._schedules import Scheduler
@@ -129,13 +129,15 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 await self.app.open()
-                queues = {wf.queue for wf in self.app.workflows.values() if wf.queue}
-                await QueueClaims(self.app.store).declare(sorted(queues, key=lambda q: q.name))
+                await QueueClaims(self.app.store).declare(self._queues(), self.lease_s)
                 return
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, delay)
                 await self._sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    def _queues(self) -> list[Queue]:
+        return list({wf.queue for wf in self.app.workflows.values() if wf.queue})
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -329,6 +331,9 @@ class Worker:
             await self._renew(list(self.running))  # first: the leases cannot wait
             if loop.time() - self._seen >= self.heartbeat_s:
                 await self.app.store.worker_seen(self.worker_id, self._pairs(), self.concurrency)
+                # Its queues stay declared (a full worker claims none of them meanwhile).
+                await QueueClaims(self.app.store).renew([q.name for q in self._queues()],
+                                                        self.lease_s)  # fmt: skip
                 self._seen = loop.time()
         except DatabaseUnavailable as exc:
             log.warning("heartbeat failed: %s", exc)

@@ -17,6 +17,11 @@ WITH ins AS (
         :queue, :concurrency_key, :priority)
     ON CONFLICT DO NOTHING
     RETURNING *
+), queued AS (
+    -- A queue has a row from its first run on (see 0008): "no worker declares it" is read
+    -- from that row. An existing row is left alone (no lock, no write).
+    INSERT INTO {schema}.queues (name) SELECT :queue WHERE CAST(:queue AS text) IS NOT NULL
+    ON CONFLICT (name) DO NOTHING
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM ins WHERE ins.available_at <= now()
 )
@@ -62,9 +67,23 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 -- pair's candidates are locked as they are read, passing over those another worker holds
 -- (so the next of that pair are taken instead); the oldest :limit of them all are claimed
 -- (the few locked beyond are free again when this statement ends).
-WITH due AS (
-    SELECT c.id FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
+-- Runs of a queue that no worker declares (`lapsed`: renamed or removed in a deploy) are
+-- unqueued runs too, read from one range of runs_queued per pair and lapsed queue (none in
+-- the common case: then nothing of runs_queued is read). The lapsed rows are locked FOR
+-- SHARE, in name order: a worker declaring the queue (lock_queue, renew_queues) waits for
+-- this claim to commit, so its next queued claim counts these runs; and a claim that waits
+-- for a declaration in flight re-reads the row after it and passes over a queue that is
+-- declared again. So no claim of a declared queue's run ever ignores its limits.
+WITH lapsed AS MATERIALIZED (
+    SELECT q.name FROM {schema}.queues q
+    WHERE q.declared_until IS NULL OR q.declared_until <= now()
+    ORDER BY q.name
+    FOR SHARE
+), pairs AS (
+    SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
         AS p(workflow, version)
+), cand AS (
+    SELECT c.id, c.available_at FROM pairs p
     CROSS JOIN LATERAL (
         SELECT r.id, r.available_at FROM {schema}.runs r
         WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at <= now()
@@ -73,8 +92,18 @@ WITH due AS (
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ) c
-    ORDER BY c.available_at
-    LIMIT :limit
+    UNION ALL
+    SELECT o.id, o.available_at FROM pairs p CROSS JOIN lapsed
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.available_at FROM {schema}.runs r
+        WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue = lapsed.name
+          AND r.available_at <= now()
+        ORDER BY r.priority DESC, r.available_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ) o
+), due AS (
+    SELECT cand.id FROM cand ORDER BY cand.available_at LIMIT :limit
 ), claimed AS (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
@@ -585,18 +614,45 @@ WITH lease AS (
 SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS returned;
 
 -- name: upsert_queue
--- A queue's limits as the app declares them (the last worker to start wins).
-INSERT INTO {schema}.queues (name, concurrency, per_key, rate_limit, rate_period_s, priority)
-VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority)
+-- A queue's limits as the app declares them (the last worker to start wins), declared for
+-- `:ttl` seconds at least (see 0008).
+INSERT INTO {schema}.queues (name, concurrency, per_key, rate_limit, rate_period_s, priority,
+    declared_until)
+VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority,
+    now() + :ttl * interval '1 second')
 ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
     per_key = excluded.per_key, rate_limit = excluded.rate_limit,
-    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now()
+    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now(),
+    declared_until = GREATEST({schema}.queues.declared_until, excluded.declared_until)
 RETURNING name;
+
+-- name: renew_queues
+-- A worker's heartbeat keeps its queues declared for `:ttl` seconds more; rows locked in
+-- name order, as the unqueued claim locks lapsed ones.
+WITH mine AS (
+    SELECT name FROM {schema}.queues WHERE name = ANY(CAST(:names AS text[]))
+    ORDER BY name
+    FOR NO KEY UPDATE
+)
+UPDATE {schema}.queues q SET
+    declared_until = GREATEST(q.declared_until, now() + :ttl * interval '1 second')
+FROM mine WHERE q.name = mine.name
+RETURNING q.name;
 
 -- name: lock_queue
 -- Serialises the claims of one queue: the claim that follows, a statement of its own,
--- reads the counts with a snapshot taken after the previous claim committed.
-SELECT name FROM {schema}.queues WHERE name = :queue FOR UPDATE;
+-- reads the counts with a snapshot taken after the previous claim committed. The claiming
+-- worker declares the queue: a declaration less than half a `:ttl` ahead is renewed here,
+-- under the lock (an unqueued claim never takes the runs of a queue claimed this way).
+WITH locked AS (
+    SELECT name, declared_until FROM {schema}.queues WHERE name = :queue FOR UPDATE
+), renewed AS (
+    UPDATE {schema}.queues q SET declared_until = now() + :ttl * interval '1 second'
+    FROM locked WHERE q.name = locked.name
+      AND (locked.declared_until IS NULL
+           OR locked.declared_until < now() + :ttl * interval '0.5 second')
+)
+SELECT name FROM locked;
 
 -- name: claim_queue
 -- Under lock_queue: the room the queue has (`concurrency` minus its running runs; `rate`
@@ -609,8 +665,9 @@ SELECT name FROM {schema}.queues WHERE name = :queue FOR UPDATE;
 WITH q AS (
     SELECT * FROM {schema}.queues WHERE name = :queue
 ), busy AS (
+    -- Running runs, and canceled ones running their compensations: both run code.
     SELECT concurrency_key AS k, count(*) AS n FROM {schema}.runs
-    WHERE queue = :queue AND status = 'running' GROUP BY concurrency_key
+    WHERE queue = :queue AND (status = 'running' OR compensating) GROUP BY concurrency_key
 ), room AS (
     SELECT q.per_key,
         COALESCE(q.concurrency - (SELECT COALESCE(sum(n), 0) FROM busy), :limit) AS slots,
@@ -713,8 +770,8 @@ SELECT LEAST(
 -- name: queue_counts
 -- Each declared queue with its running and waiting (pending: due or not) runs.
 SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priority,
-    (SELECT count(*) FROM {schema}.runs r WHERE r.queue = q.name AND r.status = 'running')
-        AS running,
+    (SELECT count(*) FROM {schema}.runs r
+     WHERE r.queue = q.name AND (r.status = 'running' OR r.compensating)) AS running,
     (SELECT count(*) FROM {schema}.runs r WHERE r.queue = q.name AND r.status = 'pending')
         AS waiting
 FROM {schema}.queues q ORDER BY q.name;
