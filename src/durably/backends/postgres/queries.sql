@@ -258,19 +258,26 @@ RETURNING id;
 -- The run's end. Step records not yet durable ride along (`:batch`, as for record_many;
 -- written only if the fenced update of the run happened, never over a completed one).
 -- Whatever else is still `running` (a wait, a body interrupted by the end) is canceled,
--- so a finished run has no attempt left running. A cancel's error is kept.
+-- so a finished run has no attempt left running. A cancel's error is kept. The run and its
+-- parent are locked in id order before either is updated (see lock_tree).
 WITH v AS (
     SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
         position integer, attempt integer, step text, kind text, status text, final boolean,
         output jsonb, error jsonb, compensable boolean, elapsed_s float8,
         workflow_attempt integer, seq integer, wake_s float8)
+), locked AS MATERIALIZED (
+    SELECT r.id FROM {schema}.runs r
+    WHERE r.id = :run_id
+       OR r.id = (SELECT c.parent_run_id FROM {schema}.runs c WHERE c.id = :run_id)
+    ORDER BY r.id
+    FOR NO KEY UPDATE
 ), done AS (
     UPDATE {schema}.runs SET
         status = :status, output = CAST(:output AS jsonb),
         error = COALESCE(CAST(:error AS jsonb), error),
         available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = false,
         finished_at = COALESCE(finished_at, now()), updated_at = now()
-    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+    WHERE id = :run_id AND id IN (SELECT id FROM locked) AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
       AND (status <> 'canceled' OR :status = 'canceled')
     RETURNING id, parent_run_id
@@ -391,6 +398,23 @@ FROM done;
 SELECT id FROM {schema}.runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
   AND status IN ('pending', 'running', 'waiting');
+
+-- name: lock_tree
+-- Before a run's tree changes (a cancel; a parent's end that cancels its children): the
+-- run, its live descendants that end with it, and its parent, locked in id order, the one
+-- order every statement that locks several run rows follows (heartbeat, finish_run,
+-- finish_many): a cancel and the end of a run of its tree never deadlock.
+WITH RECURSIVE tree AS (
+    SELECT id, parent_run_id FROM {schema}.runs WHERE id = :run_id
+    UNION ALL
+    SELECT c.id, c.parent_run_id FROM {schema}.runs c JOIN tree ON c.parent_run_id = tree.id
+    WHERE c.parent_close = 'cancel'
+)
+SELECT r.id, r.status FROM {schema}.runs r
+WHERE r.id IN (SELECT id FROM tree UNION ALL SELECT parent_run_id FROM tree WHERE id = :run_id)
+  AND (r.id = :run_id OR r.status IN ('pending', 'running', 'waiting'))
+ORDER BY r.id
+FOR NO KEY UPDATE;
 
 -- name: cancel_tree
 -- A run whose worker holds a live lease keeps it (fence and worker): it is marked canceled

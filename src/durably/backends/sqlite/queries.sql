@@ -294,6 +294,10 @@ SELECT id FROM {schema}_runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
   AND status IN ('pending', 'running', 'waiting');
 
+-- name: lock_tree
+-- The transaction's IMMEDIATE transaction already holds the database's write lock.
+SELECT id, status FROM {schema}_runs WHERE id = :run_id;
+
 -- name: cancel_tree
 -- See the PostgreSQL twin: a run whose worker holds a live lease keeps it and is marked
 -- canceled and compensating; that worker wraps it up.
