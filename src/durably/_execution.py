@@ -278,7 +278,31 @@ class Execution(RunLog, LiveWaits):
             for cmd in self.commands.values():  # a parked run holds no timer (nor memory)
                 if cmd.timer is not None:
                     cmd.timer.cancel()
+            await self._end_lifecycles()
             self.loop.close()
+
+    async def _end_lifecycles(self) -> None:
+        """No lifecycle outlives its execution: those still running (a body that ignores
+        cancellation kept its lifecycle past `_quiesce`) get `SETTLE_S` more, then are
+        cancelled and awaited. A lifecycle stops waiting for its body when cancelled (see
+        `_commands._invoke`): such a body is user code left running, logged, and nothing
+        of it is recorded (its attempt is abandoned or canceled by the run's next owner)."""
+        for cancel in (False, True):
+            tasks = list(self._active)
+            if not tasks:
+                return
+            if cancel:
+                for task in tasks:
+                    cmd = self._active.get(task)
+                    if cmd is not None and cmd.body is not None and not cmd.body.done():
+                        log.error("run %s: step %r ignored cancellation for %gs; its body is "
+                                  "left running and its outcome will not be recorded",
+                                  self.run_id, cmd.name, 2 * SETTLE_S)  # fmt: skip
+                    task.cancel()
+            await asyncio.wait(tasks, timeout=SETTLE_S)
+        for task in self._active:
+            log.error("run %s: step %r did not end after cancellation", self.run_id,
+                      self._active[task].name)  # fmt: skip
 
     async def _execute(self) -> None:
         deadline = self.row["deadline_at"]
