@@ -214,7 +214,9 @@ class Execution(RunLog, LiveWaits):
                 await cmd.lifecycle(self, cmd)
         except Exception as exc:
             if self.concluded:
-                return  # a record that raced the run's end, which wrote it
+                # A record that raced the run's end: the end wrote it, or (refused, or a
+                # compensating end) `write_in_flight` writes it before any undo is chosen.
+                return
             if self.is_engine_failure(exc):
                 self.halt(Stop(f"{type(exc).__name__}: {exc}"))
             elif self.fatal is None:
@@ -451,8 +453,11 @@ class Execution(RunLog, LiveWaits):
         await self._finish("failed", error=describe(error))
 
     async def _compensate(self) -> None:
-        """Run each completed step's undo once, newest first (durably: recorded steps)."""
-        await self._quiesce()
+        """Run each completed step's undo once, newest first (durably: recorded steps).
+        Every step record still in flight is made durable first: a step that completed is
+        undone, even when its record's own write is late or failed."""
+        await self._quiesce(fold=True)
+        await self.write_in_flight()
         done = self._compensated
         todo = [cmd for _, cmd in sorted(self.compensations, key=lambda c: c[0], reverse=True)]
         for cmd in todo:
