@@ -197,7 +197,8 @@ class Claimer:
         self._turn = 0
         self._saturated: set[str] = set()
         self._run_queue: dict[str, str] = {}
-        self._unqueued_gave = False  # the last unqueued claim found runs: look again
+        # The last unqueued claim found runs, or `next_due` expects some: look again.
+        self._unqueued_gave = False
         self.retry_in: float | None = None  # seconds until a rate window reopens
 
     def _pairs(self) -> list[tuple[str, str]]:
@@ -256,6 +257,8 @@ class Claimer:
     async def next_due(self) -> tuple[datetime | None, datetime]:
         """When a run may next be claimable (None: nothing known; the poll decides)."""
         next_at, db_now = await self.app.store.next_due(self._pairs())
+        # Unqueued runs (or a lapsed queue's) will be due: the next claim looks for them.
+        self._unqueued_gave |= next_at is not None
         for queue, pairs in self._queued().items():
             at, _ = await self.queues.next_at(queue, pairs)
             if at is not None and (next_at is None or at < next_at):

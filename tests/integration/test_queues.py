@@ -9,7 +9,7 @@ import pytest
 
 from durably import Durably
 from durably._errors import ConfigurationError, InvalidInput
-from durably._queues import QueueClaims, parse_rate
+from durably._queues import Claimer, QueueClaims, parse_rate
 from tests.helpers import eventually, scaled
 
 PAIR = [("job", "v1")]
@@ -240,3 +240,21 @@ async def test_a_canceled_run_compensating_holds_its_slot(db_url: str) -> None:
         assert [r["id"] for r in rows] == [first.run_id]  # its compensations, to run
         await job.start(1)
         assert await claims.claim("q", "other", PAIR, 5, 30.0) == []  # the slot is held
+
+
+async def test_next_due_counts_the_runs_of_a_queue_no_worker_declares(db_url: str) -> None:
+    """An idle worker learns when a lapsed queue's run comes due (not only by the poll),
+    and its next claim then looks at unqueued runs even if all its workflows are queued."""
+    live, in_live = _moved_app(db_url, "live")
+    old, in_old = _moved_app(db_url, "old")
+    new, _ = _moved_app(db_url, "renamed")
+    async with live, old, new:
+        await QueueClaims(live.store).declare(list(live.queues.values()), ttl_s=30.0)
+        await in_live.start(1, available_at="+1h")  # the queue's own look covers it
+        handle = await in_old.start(2, available_at="+2h")  # no worker ever declared "old"
+        at = (await new.get_run(handle.run_id)).available_at
+        assert at is not None
+        assert (await new.store.next_due(PAIR))[0] == at
+        claimer = Claimer(new, "w", 30.0)
+        assert (await claimer.next_due())[0] == at
+        assert claimer._unqueued_gave  # every workflow of `new` is queued: look anyway

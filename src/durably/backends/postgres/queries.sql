@@ -132,14 +132,26 @@ SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned
 FROM claimed;
 
 -- name: next_due
--- One look into runs_due per served pair (no pairs: one row, next_at NULL).
-SELECT min(n.next_at) AS next_at, now() AS db_now
-FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])) AS p(workflow, version)
-CROSS JOIN LATERAL (
-    SELECT min(r.available_at) AS next_at FROM {schema}.runs r
-    WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at IS NOT NULL
-      AND r.queue IS NULL
-) n;
+-- When the unqueued claim may next find a run: one look into runs_due per served pair,
+-- and one into runs_queued per pair and queue no worker declares (`lapsed`: its runs are
+-- unqueued runs, see claim). No pairs: one row, next_at NULL.
+WITH pairs AS (
+    SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
+        AS p(workflow, version)
+), lapsed AS (
+    SELECT q.name FROM {schema}.queues q
+    WHERE q.declared_until IS NULL OR q.declared_until <= now()
+)
+SELECT LEAST(
+    (SELECT min(n.next_at) FROM pairs p CROSS JOIN LATERAL (
+        SELECT min(r.available_at) AS next_at FROM {schema}.runs r
+        WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at IS NOT NULL
+          AND r.queue IS NULL) n),
+    (SELECT min(o.next_at) FROM pairs p CROSS JOIN lapsed CROSS JOIN LATERAL (
+        SELECT min(r.available_at) AS next_at FROM {schema}.runs r
+        WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue = lapsed.name
+          AND r.available_at IS NOT NULL) o)
+) AS next_at, now() AS db_now;
 
 -- name: heartbeat
 -- Rows are locked in id order, as the group commit locks them: no deadlock between them.

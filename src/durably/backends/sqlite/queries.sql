@@ -111,12 +111,20 @@ FROM {schema}_runs r WHERE claim_token = :token;
 UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
 
 -- name: next_due
--- One look into runs_due per served pair (no pairs: one row, next_at NULL).
-SELECT min((SELECT min(available_at) FROM {schema}_runs
-            WHERE workflow = w.value AND version = v.value AND available_at IS NOT NULL
-              AND queue IS NULL))
-       AS next_at, now() AS db_now
-FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key;
+-- See the PostgreSQL twin: unqueued runs, and runs of a queue no worker declares.
+SELECT (SELECT min(n.next_at) FROM (
+            SELECT (SELECT min(available_at) FROM {schema}_runs
+                    WHERE workflow = w.value AND version = v.value
+                      AND available_at IS NOT NULL AND queue IS NULL) AS next_at
+            FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+            UNION ALL
+            SELECT (SELECT min(available_at) FROM {schema}_runs
+                    WHERE workflow = w.value AND version = v.value AND queue = q.name
+                      AND available_at IS NOT NULL)
+            FROM {schema}_queues q
+            CROSS JOIN json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+            WHERE q.declared_until IS NULL OR q.declared_until <= now()) n)
+       AS next_at, now() AS db_now;
 
 -- name: heartbeat
 UPDATE {schema}_runs SET lease_expires_at = now() + :lease, available_at = now() + :lease
