@@ -178,6 +178,7 @@ class Execution(RunLog, LiveWaits):
         """The workflow did what cannot be replayed: never drive it again; the run fails."""
         if self.fatal is None:
             self.fatal = error
+        self.wake_gated()
         self._changed.set()
 
     # --------------------------------------------------------------- lifecycles
@@ -234,6 +235,7 @@ class Execution(RunLog, LiveWaits):
         if self.stop is None:
             self.stop = stop
         self.interrupt_bodies()
+        self.wake_gated()
         self._changed.set()
 
     def interrupt_bodies(self) -> None:

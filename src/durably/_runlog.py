@@ -103,13 +103,20 @@ class RunLog:
         record = self._in_flight.pop(seq, None)  # None: noted already (`write_in_flight`)
         if record is not None and record.status == "completed" and cmd.compensate is not None:
             self.compensations.append((seq, cmd))
+        self.wake_gated()
+
+    def wake_gated(self) -> None:
+        """Commands waiting for records to be durable look again (one was, or the
+        execution stops: then nothing more starts)."""
         waiter, self._durable_waiter = self._durable_waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     async def _durable_through(self, seq: int) -> None:
-        """Wait until every result up to `seq` is durable."""
-        while any(s <= seq for s in self._in_flight):
+        """Wait until every result up to `seq` is durable, or the execution stops."""
+        while self.stop is None and self.fatal is None and any(
+            s <= seq for s in self._in_flight
+        ):
             if self._durable_waiter is None:
                 self._durable_waiter = asyncio.get_running_loop().create_future()
             await self._durable_waiter
