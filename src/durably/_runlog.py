@@ -114,9 +114,7 @@ class RunLog:
 
     async def _durable_through(self, seq: int) -> None:
         """Wait until every result up to `seq` is durable, or the execution stops."""
-        while self.stop is None and self.fatal is None and any(
-            s <= seq for s in self._in_flight
-        ):
+        while self.stop is None and self.fatal is None and any(s <= seq for s in self._in_flight):
             if self._durable_waiter is None:
                 self._durable_waiter = asyncio.get_running_loop().create_future()
             await self._durable_waiter
