@@ -8,7 +8,9 @@ import contextlib
 from collections import Counter
 from typing import Any
 
-from durably import Durably, RetryPolicy, StepFailedError
+import pytest
+
+from durably import Durably, InvalidInput, RetryPolicy, StepFailedError
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -169,3 +171,43 @@ async def test_compensations_that_ran_do_not_run_again_after_resume(db_url: str)
         await app.send_signal(f"go:{canceled.run_id}", 1)
         assert (await canceled.wait(timeout=scaled(10))).status == "failed"
         assert ran == {"charge": 1, "ship": 1, "refund charge": 1}
+
+
+async def test_fork_copies_the_log_faithfully_caught_failures_and_markers_included(
+    db_url: str,
+) -> None:
+    app = Durably(db_url)
+    ran: Counter[str] = Counter()
+
+    def body(name: str) -> str:
+        ran[name] += 1
+        if name == "hold":
+            raise RuntimeError("hold is down")
+        return name
+
+    @app.workflow(name="flow", version="v1")
+    async def flow(ctx: Any) -> list[str]:
+        out = [await ctx.step.run("a", body, "a")]
+        try:
+            out.append(await ctx.step.run("hold", body, "hold", retry=ONCE))
+        except StepFailedError:
+            out.append("no hold")
+        if await ctx.patched("audit"):
+            out.append("audited")
+        await ctx.step.set_event("stage", "b")
+        out.append(await ctx.step.run("b", body, "b"))
+        out.append(await ctx.step.run("c", body, "c"))
+        return out
+
+    done = ["a", "no hold", "audited", "b", "c"]
+    async with app, app.worker():
+        old = await flow.start()
+        assert await old.result(timeout=scaled(10)) == done
+        # The log: 1 a, 2 hold (failed, caught), 3 patch audit, 4 event stage, 5 b, 6 c.
+        with pytest.raises(InvalidInput, match=r"its log has 6 entries.*2 hold \(failed\)"):
+            await app.fork(old.run_id, from_position=7)
+        for n, again in ((5, {"c"}), (2, {"b", "c"}), (1, {"hold", "b", "c"})):
+            before = Counter(ran)
+            forked = await app.fork(old.run_id, from_position=n)
+            assert await forked.result(timeout=scaled(10)) == done
+            assert set((ran - before).keys()) == again, n
