@@ -209,7 +209,7 @@ class Execution(RunLog, LiveWaits):
 
     async def _lifecycle(self, cmd: Command) -> None:
         try:
-            await self._durable_through(cmd.gate)
+            await self._durable_through(cmd.gate, cmd.position)
             if self.stop is None and self.fatal is None:
                 await cmd.lifecycle(self, cmd)
         except Exception as exc:

@@ -4,13 +4,18 @@ and the compensations that ran."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import sqlite3
 from collections import Counter
 from typing import Any
 
+import psycopg
 import pytest
 
 from durably import Durably, InvalidInput, RetryPolicy, StepFailedError
+from durably._recorder import StepRecorder
+from durably._records import Lease, PendingStep
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -211,3 +216,57 @@ async def test_fork_copies_the_log_faithfully_caught_failures_and_markers_includ
             forked = await app.fork(old.run_id, from_position=n)
             assert await forked.result(timeout=scaled(10)) == done
             assert set((ran - before).keys()) == again, n
+
+
+def _markers(url: str) -> int:
+    """How many patch markers the database holds (read outside the engine)."""
+    query = "SELECT count(*) FROM {} WHERE kind = 'patch'"
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30) as conn:
+            return int(conn.execute(query.format("durably_step_attempts")).fetchone()[0])
+    with psycopg.connect(url) as conn:
+        row = conn.execute(query.format("durably.step_attempts")).fetchone()
+        return int(row[0]) if row else 0
+
+
+async def test_a_patch_marker_is_durable_before_its_answer_or_a_later_step(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sibling branch's step issued after `patched` (position p + 1) must not start before
+    the marker at p is durable: were it recorded first and the worker killed, replay would
+    find history past p without the marker, answer False and shift every position. The
+    marker's write is made slow, so that a step that does not wait for it is caught."""
+    record = StepRecorder.record
+
+    async def slow_markers(self: StepRecorder, lease: Lease, step: PendingStep) -> str:
+        if step.kind == "patch":
+            await asyncio.sleep(0.3)
+        return await record(self, lease, step)
+
+    monkeypatch.setattr(StepRecorder, "record", slow_markers)
+    app = Durably(db_url)
+    seen: dict[str, int] = {}
+
+    def sibling() -> str:
+        seen["sibling"] = _markers(db_url)
+        return "sibling"
+
+    @app.workflow(name="branches", version="v1")
+    async def branches(ctx: Any) -> list[Any]:
+        async def patched_branch() -> bool:
+            took = bool(await ctx.patched("p"))
+            seen.setdefault("answer", _markers(db_url))
+            return took
+
+        async def other_branch() -> str:  # issued after the marker: position p + 1
+            return str(await ctx.step.run("sibling", sibling))
+
+        return list(await ctx.gather(patched_branch(), other_branch()))
+
+    async with app, app.worker():
+        for _ in range(3):
+            seen.clear()
+            handle = await branches.start()
+            assert await handle.result(timeout=scaled(10)) == [True, "sibling"]
+            total = _markers(db_url)
+            assert seen == {"answer": total, "sibling": total}
