@@ -164,7 +164,8 @@ class OperatingApi:
         self, older_than: Duration = "30 days", status: list[str] | str | None = None
     ) -> dict[str, int]:
         """Delete runs that finished more than `older_than` ago (`"0s"`: every finished
-        run), with their steps and the signals they consumed, in short batches.
+        run), with their steps, the signals they consumed and those left in their own
+        buffer (addressed to them, or put back by a resume), in short batches.
 
         Args:
             older_than: how long a finished run is kept (by `finished_at`).

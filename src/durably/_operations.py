@@ -174,6 +174,7 @@ class Operations:
                 ids = [r["id"] for r in picked]
                 if ids:
                     done["signals"] += len(await tx.fetch("purge_consumed", ids=ids))
+                    done["signals"] += len(await tx.fetch("purge_addressed", ids=ids))
                     done["runs"] += len(await tx.fetch("purge_runs", ids=ids))
             if len(ids) < batch:
                 break

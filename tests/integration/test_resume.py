@@ -270,3 +270,23 @@ async def test_a_patch_marker_is_durable_before_its_answer_or_a_later_step(
             assert await handle.result(timeout=scaled(10)) == [True, "sibling"]
             total = _markers(db_url)
             assert seen == {"answer": total, "sibling": total}
+
+
+async def test_purge_deletes_the_signals_resume_put_back_in_a_runs_buffer(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="approval", version="v1")
+    async def approval(ctx: Any) -> Any:
+        return await ctx.step.wait_for_signal("approve", timeout=duration(30))
+
+    async with app:
+        async with app.worker():
+            handle = await approval.start()
+            await eventually(lambda: _is(app, handle.run_id, "waiting"), what="the wait")
+        assert (await app.send_signal("approve", "yes"))["delivered_to"] == [handle.run_id]
+        await app.cancel(handle.run_id)  # before a worker recorded the wait's end
+        await app.resume(handle.run_id)
+        assert [s["name"] for s in await app.list_signals()] == ["approve"]  # buffered
+        await app.cancel(handle.run_id)  # and no worker took it
+        assert (await app.purge(older_than="0s"))["runs"] == 1
+        assert await app.list_signals(pending=False) == []

@@ -843,6 +843,13 @@ FOR UPDATE SKIP LOCKED;
 -- name: purge_consumed
 DELETE FROM {schema}.signals WHERE consumed_by = ANY(CAST(:ids AS text[])) RETURNING id;
 
+-- name: purge_addressed
+-- Signals left in a purged run's own buffer (addressed to it, or put back by a resume):
+-- nothing can take them any more.
+DELETE FROM {schema}.signals
+WHERE run_id = ANY(CAST(:ids AS text[])) AND buffered AND consumed_at IS NULL
+RETURNING id;
+
 -- name: purge_runs
 -- Their steps go with them (ON DELETE CASCADE).
 DELETE FROM {schema}.runs WHERE id = ANY(CAST(:ids AS text[])) RETURNING id;

@@ -678,6 +678,13 @@ LIMIT :batch;
 DELETE FROM {schema}_signals WHERE consumed_by IN (SELECT value FROM json_each(:ids))
 RETURNING id;
 
+-- name: purge_addressed
+-- Signals left in a purged run's own buffer (addressed to it, or put back by a resume):
+-- nothing can take them any more.
+DELETE FROM {schema}_signals
+WHERE run_id IN (SELECT value FROM json_each(:ids)) AND buffered AND consumed_at IS NULL
+RETURNING id;
+
 -- name: purge_runs
 -- Their steps go with them (ON DELETE CASCADE).
 DELETE FROM {schema}_runs WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
