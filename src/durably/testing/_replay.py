@@ -103,6 +103,9 @@ class _Replayer:
         self._position = 0
         self._error: BaseException | None = None
 
+    def marker_pending(self, position: int) -> None:
+        """Nothing is recorded here: a new patch marker holds nothing back."""
+
     def _misuse(self, error: WorkflowMisuseError) -> None:
         self._error = self._error or error
 
