@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 from collections.abc import Callable
 from datetime import datetime
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ._worker import Worker
 
 DEFAULT_URL = "sqlite:///durably.db"
+log = logging.getLogger("durably.worker")
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -106,6 +108,7 @@ class Durably(OperatingApi):
         self._migrate = migrate
         self._opened = False
         self._open_lock: asyncio.Lock | None = None
+        self.workers_running: set[Worker] = set()  # those `close()` stops first
         self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
         self.queues: dict[str, Queue] = {}
         self.retention = parse_duration(retention) if retention is not None else None
@@ -249,7 +252,22 @@ class Durably(OperatingApi):
         return await self.connector.migrate()
 
     async def close(self) -> None:
-        """Close every connection."""
+        """Stop the workers of this app still running, then close every connection.
+
+        Each worker stops as on SIGTERM: it claims no more, lets its runs end within its
+        `shutdown_grace` and releases the others (claimable at once). The wait is bounded:
+        a worker whose loop does not get there in time is left behind, logged.
+        """
+        workers = list(self.workers_running)
+        for worker in workers:
+            worker.stop()
+        for worker in workers:
+            limit = worker.stop_within
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(worker.ended), limit)
+            except TimeoutError:
+                log.error("worker %s did not stop within %gs of close(); its runs are left "
+                          "to their leases", worker.worker_id, limit)  # fmt: skip
         await self.connector.close()
         self._opened = False
 

@@ -232,7 +232,11 @@ async def _invoke(
         task.cancel()
     try:
         if body.timeout is None:
-            return await task
+            # Shielded: the lifecycle cancelled (by the execution's end) stops waiting at
+            # once, even for a body that ignores cancellation (the body is cancelled by
+            # `Execution.interrupt_bodies`, never through this await).
+            task.add_done_callback(_retrieve)
+            return await asyncio.shield(task)
         try:
             return await asyncio.wait_for(task, body.timeout)
         except TimeoutError:
@@ -244,6 +248,12 @@ async def _invoke(
         if cmd.step_context is not None:
             cmd.step_context.cancelled.set()  # a sync body still running: tell it to stop
             cmd.step_context = None
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Read a body's outcome that nobody may await any more (no "never retrieved")."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _failed(

@@ -61,6 +61,8 @@ class RunEnds:
             rows = await self.db.fetch("finish_run", **params)
         else:
             async with self.db.transaction() as tx:
+                # The run's tree first, in id order, as a cancel locks it (see lock_tree).
+                await tx.fetch("lock_tree", run_id=lease.run_id)
                 rows = await tx.fetch("finish_run", **params)
                 for child in await tx.fetch("live_children", run_id=lease.run_id) if rows else []:
                     canceled += await tx.fetch(

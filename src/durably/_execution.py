@@ -214,7 +214,9 @@ class Execution(RunLog, LiveWaits):
                 await cmd.lifecycle(self, cmd)
         except Exception as exc:
             if self.concluded:
-                return  # a record that raced the run's end, which wrote it
+                # A record that raced the run's end: the end wrote it, or (refused, or a
+                # compensating end) `write_in_flight` writes it before any undo is chosen.
+                return
             if self.is_engine_failure(exc):
                 self.halt(Stop(f"{type(exc).__name__}: {exc}"))
             elif self.fatal is None:
@@ -278,7 +280,31 @@ class Execution(RunLog, LiveWaits):
             for cmd in self.commands.values():  # a parked run holds no timer (nor memory)
                 if cmd.timer is not None:
                     cmd.timer.cancel()
+            await self._end_lifecycles()
             self.loop.close()
+
+    async def _end_lifecycles(self) -> None:
+        """No lifecycle outlives its execution: those still running (a body that ignores
+        cancellation kept its lifecycle past `_quiesce`) get `SETTLE_S` more, then are
+        cancelled and awaited. A lifecycle stops waiting for its body when cancelled (see
+        `_commands._invoke`): such a body is user code left running, logged, and nothing
+        of it is recorded (its attempt is abandoned or canceled by the run's next owner)."""
+        for cancel in (False, True):
+            tasks = list(self._active)
+            if not tasks:
+                return
+            if cancel:
+                for task in tasks:
+                    cmd = self._active.get(task)
+                    if cmd is not None and cmd.body is not None and not cmd.body.done():
+                        log.error("run %s: step %r ignored cancellation for %gs; its body is "
+                                  "left running and its outcome will not be recorded",
+                                  self.run_id, cmd.name, 2 * SETTLE_S)  # fmt: skip
+                    task.cancel()
+            await asyncio.wait(tasks, timeout=SETTLE_S)
+        for task in self._active:
+            log.error("run %s: step %r did not end after cancellation", self.run_id,
+                      self._active[task].name)  # fmt: skip
 
     async def _execute(self) -> None:
         deadline = self.row["deadline_at"]
@@ -434,8 +460,11 @@ class Execution(RunLog, LiveWaits):
         await self._finish("failed", error=describe(error))
 
     async def _compensate(self) -> None:
-        """Run each completed step's undo once, newest first (durably: recorded steps)."""
-        await self._quiesce()
+        """Run each completed step's undo once, newest first (durably: recorded steps).
+        Every step record still in flight is made durable first: a step that completed is
+        undone, even when its record's own write is late or failed."""
+        await self._quiesce(fold=True)
+        await self.write_in_flight()
         done = self._compensated
         todo = [cmd for _, cmd in sorted(self.compensations, key=lambda c: c[0], reverse=True)]
         for cmd in todo:

@@ -5,7 +5,18 @@ sharing a `concurrency_key` (`per_key`) and the first claims in any sliding wind
 (`rate`), and claims the highest `priority` first. A worker claims a queue's runs in a
 transaction that locks the queue's row (PostgreSQL; SQLite's IMMEDIATE transaction does
 the same), so workers claiming at once never exceed a limit. Runs that sleep or wait are
-not `running` and hold no slot.
+not `running` and hold no slot; canceled runs running their compensations do (they run
+code).
+
+A queue is *declared* while some worker that serves it renewed its declaration within one
+lease (the queue's `declared_until` row: at the worker's start, at each heartbeat, at each
+claim of the queue). A deploy that renames or removes a queue leaves its runs in it (a
+run's queue never changes); once no worker declares it, the unqueued claim takes them
+(pending ones, and running ones whose worker died, once their lease ends), with no limit:
+a queue nobody declares has none. A claim of a declared queue and an unqueued claim of
+its runs exclude each other through the queue's row (see `claim` in the dialects'
+`queries.sql`), so runs of a declared queue are only ever claimed within its limits; when
+a worker declares such a queue again, the runs claimed meanwhile count against them.
 """
 
 from __future__ import annotations
@@ -84,12 +95,12 @@ class Queue:
         if self.rate is not None:
             parse_rate(self.rate)
 
-    def params(self) -> dict[str, Any]:
-        """The queue's row, as `upsert_queue` takes it."""
+    def params(self, ttl_s: float) -> dict[str, Any]:
+        """The queue's row, as `upsert_queue` takes it (declared for `ttl_s` seconds)."""
         count, period = parse_rate(self.rate) if self.rate is not None else (None, None)
         return {"name": self.name, "concurrency": self.concurrency, "per_key": self.per_key,
                 "rate_limit": count, "rate_period_s": period,
-                "priority": self.priority}  # fmt: skip
+                "priority": self.priority, "ttl": ttl_s}  # fmt: skip
 
     def check_start(self, workflow: str, concurrency_key: str | None, priority: int) -> None:
         """Refuse start options this queue cannot honour (nothing is written)."""
@@ -120,10 +131,16 @@ class QueueClaims:
         self.db = store.db
         self.channel = store.channel
 
-    async def declare(self, queues: list[Queue]) -> None:
-        """Write the queues' limits (the claim reads them from the database)."""
-        for queue in queues:
-            await self.db.fetch("upsert_queue", **queue.params())
+    async def declare(self, queues: list[Queue], ttl_s: float = 30.0) -> None:
+        """Write the queues' limits (the claim reads them from the database) and declare
+        them for `ttl_s` seconds (a worker's lease)."""
+        for queue in sorted(queues, key=lambda q: q.name):  # rows locked in name order
+            await self.db.fetch("upsert_queue", **queue.params(ttl_s))
+
+    async def renew(self, names: list[str], ttl_s: float) -> None:
+        """Keep the queues `names` declared for `ttl_s` seconds more (a heartbeat)."""
+        if names:
+            await self.db.fetch("renew_queues", names=sorted(names), ttl=ttl_s)
 
     async def claim(
         self, queue: str, worker_id: str, pairs: list[tuple[str, str]], limit: int,
@@ -142,7 +159,7 @@ class QueueClaims:
             "lease": lease_s, "token": uuid.uuid4().hex, "channel": self.channel,
         }  # fmt: skip
         async with self.db.transaction() as tx:
-            if not await tx.fetch("lock_queue", queue=queue):
+            if not await tx.fetch("lock_queue", queue=queue, ttl=lease_s):
                 return []  # not declared yet
             return await tx.fetch("claim_queue", **params)
 
@@ -180,6 +197,8 @@ class Claimer:
         self._turn = 0
         self._saturated: set[str] = set()
         self._run_queue: dict[str, str] = {}
+        # The last unqueued claim found runs, or `next_due` expects some: look again.
+        self._unqueued_gave = False
         self.retry_in: float | None = None  # seconds until a rate window reopens
 
     def _pairs(self) -> list[tuple[str, str]]:
@@ -200,9 +219,10 @@ class Claimer:
             return await self.app.store.claim(self.worker_id, self._pairs(), free, self.lease_s)
         self._turn += 1
         sources: list[str | None] = [*sorted(queued)]
-        # Runs without a queue: of unqueued workflows, or started before a queue was given
-        # to theirs (these are looked for now and then only, when every workflow has one).
-        if len(queued) < len(self.app.workflows) or self._turn % 16 == 0:
+        # Runs without a queue: of unqueued workflows, started before a queue was given to
+        # theirs, or of a queue no worker declares any more. When every workflow has a
+        # queue, these are looked for now and then only (and at once again while found).
+        if len(queued) < len(self.app.workflows) or self._unqueued_gave or self._turn % 16 == 0:
             sources.append(None)
         start = self._turn % len(sources)
         rows: list[Row] = []
@@ -211,8 +231,10 @@ class Claimer:
             if want <= 0:
                 break
             if source is None:
-                rows += await self.app.store.claim(self.worker_id, self._pairs(), want,
-                                                   self.lease_s)  # fmt: skip
+                got = await self.app.store.claim(self.worker_id, self._pairs(), want,
+                                                 self.lease_s)  # fmt: skip
+                self._unqueued_gave = bool(got)
+                rows += got
                 continue
             per_key = self.app.queues[source].per_key is not None
             got = await self.queues.claim(source, self.worker_id, queued[source], want,
@@ -235,6 +257,8 @@ class Claimer:
     async def next_due(self) -> tuple[datetime | None, datetime]:
         """When a run may next be claimable (None: nothing known; the poll decides)."""
         next_at, db_now = await self.app.store.next_due(self._pairs())
+        # Unqueued runs (or a lapsed queue's) will be due: the next claim looks for them.
+        self._unqueued_gave |= next_at is not None
         for queue, pairs in self._queued().items():
             at, _ = await self.queues.next_at(queue, pairs)
             if at is not None and (next_at is None or at < next_at):

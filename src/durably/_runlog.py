@@ -25,6 +25,7 @@ from ._errors import InvalidInput
 from ._loop import WorkflowLoop
 from ._recorder import StepRecorder
 from ._records import Lease, PendingStep
+from ._store import Store
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,9 @@ class RunLog:
 
     loop: WorkflowLoop
     lease: Lease
+    store: Store
     recorder: StepRecorder
+    commands: dict[int, Command]
     compensations: list[tuple[int, Command]]
     fatal: BaseException | None
     stop: Any
@@ -98,8 +101,8 @@ class RunLog:
         self._changed.set()
 
     def _durable(self, seq: int, cmd: Command) -> None:
-        record = self._in_flight.pop(seq)
-        if record.status == "completed" and cmd.compensate is not None:
+        record = self._in_flight.pop(seq, None)  # None: noted already (`write_in_flight`)
+        if record is not None and record.status == "completed" and cmd.compensate is not None:
             self.compensations.append((seq, cmd))
         self._wake_durable()
 
@@ -126,6 +129,29 @@ class RunLog:
             if self._durable_waiter is None:
                 self._durable_waiter = asyncio.get_running_loop().create_future()
             await self._durable_waiter
+
+    async def write_in_flight(self) -> None:
+        """Make every record still in flight durable now, and note it so.
+
+        The run's compensations are computed next and must include every step that
+        completed: a record in flight may be late, or its own write may have failed after
+        the run's end was sent (its lifecycle then took the end to have written it), and a
+        refused end wrote none of them. Writing one again is harmless: a completed record is
+        never overwritten, so one that does not come back was written already, if the lease
+        is still ours (else LeaseLostError: the run is left to its next owner).
+        """
+        pending = sorted(self._in_flight.items())
+        if not pending:
+            return
+        lease = self.lease
+        written = await self.store.record_many(
+            lease.worker_id, [(lease, step) for _, step in pending]
+        )
+        if len(written) < len(pending):
+            async with self.store.db.transaction() as tx:
+                await self.store.check_lease(tx, lease)
+        for seq, step in pending:
+            self._durable(seq, self.commands[step.position])
 
     async def record(self, step: PendingStep) -> None:
         await self.recorder.record(self.lease, step)

@@ -184,11 +184,8 @@ class Store(RunEnds):
         return {"delivered_to": delivered, "buffered": not delivered, "duplicate": False}
 
     async def _live_run(self, tx: Tx, run_id: str, action: str) -> None:
-        """Lock the run against a concurrent end until `tx` ends; refuse a finished one.
-        A cancel locks it for update at once (two cancels must not both upgrade a share
-        lock: they would deadlock)."""
-        query = "get_run_for_update" if action == "cancel" else "get_run_for_share"
-        rows = await tx.fetch(query, run_id=run_id)
+        """Lock the run against a concurrent end until `tx` ends; refuse a finished one."""
+        rows = await tx.fetch("get_run_for_share", run_id=run_id)
         if not rows:
             raise RunNotFound(f"no run with id {run_id!r}")
         if rows[0]["status"] in ("completed", "failed", "canceled"):
@@ -196,7 +193,13 @@ class Store(RunEnds):
 
     async def cancel(self, run_id: str, error: dict[str, Any]) -> Run:
         async with self.db.transaction() as tx:
-            await self._live_run(tx, run_id, "cancel")
+            # The whole tree is locked first, in id order (see `lock_tree`): a cancel and
+            # the end of a run of the tree never deadlock.
+            root = [r for r in await tx.fetch("lock_tree", run_id=run_id) if r["id"] == run_id]
+            if not root:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            if root[0]["status"] in ("completed", "failed", "canceled"):
+                raise RunTerminalError(run_id, root[0]["status"], "cancel")
             canceled = await tx.fetch(
                 "cancel_tree", run_id=run_id, error=encode(error, "error"),
                 channel=self.channel, token=uuid.uuid4().hex,

@@ -9,20 +9,20 @@ run whose lease is lost (or that is canceled) has its step bodies cancelled at o
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
 import signal
 import socket
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from . import _retention
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
-from ._execution import Execution
-from ._queues import Claimer, QueueClaims
+from ._execution import SETTLE_S, Execution
+from ._queues import Claimer, Queue, QueueClaims
 from ._recorder import StepRecorder
 from ._runlog import Stop
 from ._schedules import Scheduler
@@ -63,20 +63,36 @@ class Worker:
         self._hint = True  # there may be due runs: claim at the next chance
         self._stopping = asyncio.Event()
         self._recorder = StepRecorder(app.store, self.worker_id)
-        self._threads = ThreadPoolExecutor(self.concurrency, thread_name_prefix="durably-step")
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            self.concurrency, thread_name_prefix="durably-step"
+        )
         self._timers: list[asyncio.TimerHandle] = []
         self._check_task: asyncio.Task[None] | None = None
         self._changed = False  # SQLite: a commit seen that no check has looked at yet
         self._seen = float("-inf")  # when the workers table last heard of us (loop time)
         self._background: asyncio.Task[None] | None = None
         self._claimer = Claimer(app, self.worker_id, self.lease_s)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Done when `run()` has returned (a concurrent future: awaitable from any loop).
+        self.ended: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     # --------------------------------------------------------------- lifecycle
 
     def stop(self) -> None:
-        """Stop claiming; finish or release what is held, then return from `run()`."""
+        """Stop claiming; finish or release what is held, then return from `run()`.
+        Callable from any thread."""
+        loop = self._loop
+        if loop is not None and loop is not asyncio._get_running_loop():
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nothing runs
+                loop.call_soon_threadsafe(self.stop)
+            return
         self._stopping.set()
         self._wake.set()
+
+    @property
+    def stop_within(self) -> float:
+        """How long a stop may take: the drain, then its runs' last writes."""
+        return self.grace_s + 3 * SETTLE_S
 
     async def __aenter__(self) -> Worker:
         """Run the worker in the background of this event loop (tests, embedding)."""
@@ -95,6 +111,18 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.add_signal_handler(sig, self.stop)
+        self._loop = loop
+        if self.ended.done():  # run again
+            self.ended = concurrent.futures.Future()
+        self.app.workers_running.add(self)
+        try:
+            await self._work(loop)
+        finally:
+            self.app.workers_running.discard(self)
+            if not self.ended.done():
+                self.ended.set_result(None)
+
+    async def _work(self, loop: asyncio.AbstractEventLoop) -> None:
         await self._open_with_backoff()
         stop_listening = await self.app.connector.listen(self._on_message)
         beat = asyncio.create_task(self._heartbeat_loop(), name="durably-heartbeat")
@@ -129,13 +157,15 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 await self.app.open()
-                queues = {wf.queue for wf in self.app.workflows.values() if wf.queue}
-                await QueueClaims(self.app.store).declare(sorted(queues, key=lambda q: q.name))
+                await QueueClaims(self.app.store).declare(self._queues(), self.lease_s)
                 return
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, delay)
                 await self._sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    def _queues(self) -> list[Queue]:
+        return list({wf.queue for wf in self.app.workflows.values() if wf.queue})
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -329,6 +359,9 @@ class Worker:
             await self._renew(list(self.running))  # first: the leases cannot wait
             if loop.time() - self._seen >= self.heartbeat_s:
                 await self.app.store.worker_seen(self.worker_id, self._pairs(), self.concurrency)
+                # Its queues stay declared (a full worker claims none of them meanwhile).
+                await QueueClaims(self.app.store).renew([q.name for q in self._queues()],
+                                                        self.lease_s)  # fmt: skip
                 self._seen = loop.time()
         except DatabaseUnavailable as exc:
             log.warning("heartbeat failed: %s", exc)

@@ -3,6 +3,8 @@ worker claims; a full key blocks no other key; priorities order the claims."""
 
 from __future__ import annotations
 
+import os
+import signal
 from datetime import datetime
 from typing import Any
 
@@ -10,10 +12,11 @@ import pytest
 
 from durably import Run
 from tests.acceptance.conftest import Procs
-from tests.apps import flow
-from tests.helpers import eventually_sync
+from tests.apps import flow, moved
+from tests.helpers import duration, eventually_sync
 
 FLOW = "tests.apps.flow:app"
+MOVED = "tests.apps.moved:app"
 
 
 def _done(client: Any, workflow: str, n: int) -> list[Run]:
@@ -85,3 +88,28 @@ def test_cli_queue_options(procs: Procs) -> None:
     ]
     keyed = procs.json("runs", "--queue", "keyed", **env)
     assert [r["concurrency_key"] for r in keyed] == ["tracker-a"]
+
+
+@pytest.mark.parametrize("renamed_to", ["fetches", ""])
+def test_a_queue_renamed_or_removed_in_a_deploy_strands_no_run(
+    procs: Procs, renamed_to: str
+) -> None:
+    """The old deploy's worker dies holding a run of queue "downloads"; the new deploy
+    renames the queue (or removes it). Every run still completes: the held one once its
+    lease ends, the pending ones once "downloads" is no longer declared."""
+    env = {"DURABLY_APP": MOVED, "MOVED_HOLD": "30"}
+    client = moved.app.rebind(procs.url).sync
+    ids = [client.start("moved", k).run_id for k in range(3)]
+    old = procs.worker("old", "--lease", duration(1), "--heartbeat", duration(0.3), **env)
+    eventually_sync(lambda: any(e[2] == "start" for e in flow.ledger_events(procs.url)),
+                    timeout=30, what="the old worker to hold a run")  # fmt: skip
+    os.kill(old.pid, signal.SIGKILL)
+    old.wait()
+    procs.worker("new", "--lease", duration(1), "--heartbeat", duration(0.3), "--poll",
+                 duration(0.3), **dict(env, MOVED_QUEUE=renamed_to, MOVED_HOLD="0.1"))  # fmt: skip
+    runs = eventually_sync(lambda: _done(client, "moved", 3), timeout=60,
+                           what="every run of the renamed queue")  # fmt: skip
+    assert {r.run_id for r in runs} == set(ids)
+    assert {r.queue for r in runs} == {"downloads"}  # a run's queue never changes
+    assert "unexpected" not in procs.log("new")
+    client.close()

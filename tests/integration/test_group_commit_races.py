@@ -11,10 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from durably import Durably
+from durably import Durably, StepContext
 from durably._errors import PayloadTooLarge, describe
 from durably._records import Lease, NewRun, PendingStep, RunEnd
-from tests.helpers import eventually
+from tests.helpers import eventually, scaled
 
 PAIR = [("wf", "v1")]
 
@@ -136,3 +136,66 @@ async def test_records_and_ends_insert_step_rows_in_one_order(
         await asyncio.gather(records, ends, return_exceptions=True)
         assert ends.result() == {"r1", "r2"}
     assert not [r for r in caplog.records if "deadlock" in r.getMessage()]
+
+
+async def test_a_cancel_that_refuses_the_end_undoes_a_step_whose_record_was_in_flight(
+    db_url: str,
+) -> None:
+    """SPEC §4.12: a cancel that arrives after a body returned records it completed, and
+    its undo runs. Here the cancel lands as the run ends, so the end (which carries the
+    records still in flight) is refused; on PostgreSQL a second session holds the key of
+    the step's record, so that record is still waiting when the compensations are
+    computed. Every record in flight must be durable before then."""
+    app = Durably(db_url)
+    undone: list[str] = []
+    go = asyncio.Event()
+    blocker: psycopg.Connection[Any] | None = None
+    if not db_url.startswith("sqlite"):
+        blocker = psycopg.connect(db_url)  # sync: the step body below must not yield
+    schema = app.connector.schema
+
+    async def charge(ctx: StepContext) -> str:
+        if blocker is not None:  # the record of this attempt waits behind this row
+            blocker.execute(
+                f"INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind,"
+                " status, fence, worker_id) VALUES (%s, 1, 1, 'charge', 'function', 'running',"
+                " 1, 'w')", (ctx.run_id,),
+            )  # fmt: skip
+        return "charged"
+
+    async def loser(ctx: StepContext) -> None:
+        try:
+            await go.wait()
+        except asyncio.CancelledError:  # the run ends: the cancel arrives right now
+            await app.cancel(ctx.run_id)
+            raise
+
+    def undo(value: str) -> None:
+        undone.append(value)
+
+    @app.workflow(name="pay", version="v1")
+    async def pay(ctx: Any) -> str:
+        _, value = await ctx.wait_first(
+            ctx.step.run("charge", charge, compensate=undo), ctx.step.run("loser", loser)
+        )
+        return str(value)
+
+    try:
+        async with app, app.worker():
+            handle = await pay.start()
+            if blocker is not None:
+
+                async def compensating_or_ended() -> bool:
+                    run = await app.get_run(handle.run_id)
+                    return run.finished_at is not None or await _lock_waits(db_url, 2)
+
+                await eventually(compensating_or_ended, what="the end refused, then")
+                blocker.rollback()
+            run = await handle.wait(timeout=scaled(20))
+            steps = {s.step: s.status for s in await app.list_steps(handle.run_id)}
+    finally:
+        if blocker is not None:
+            blocker.close()
+    assert run.status == "canceled"
+    assert undone == ["charged"]
+    assert steps == {"charge": "completed", "loser": "canceled", "compensate:charge": "completed"}

@@ -9,7 +9,7 @@ import pytest
 
 from durably import Durably
 from durably._errors import ConfigurationError, InvalidInput
-from durably._queues import QueueClaims, parse_rate
+from durably._queues import Claimer, QueueClaims, parse_rate
 from tests.helpers import eventually, scaled
 
 PAIR = [("job", "v1")]
@@ -158,3 +158,103 @@ async def test_a_dead_workers_runs_are_taken_over_in_a_full_queue(db_url: str) -
         assert await eventually(taken, timeout=5, what="the expired run") == ["0"]
         run = (await app.list_runs(queue="q", status="running"))[0]
         assert run.worker_id == "alive" and run.input == 0
+
+
+def _moved_app(db_url: str, queue: str | None) -> tuple[Durably, Any]:
+    """The app of one deploy: workflow `job` in `queue` (None: in no queue)."""
+    app = Durably(db_url)
+    q = app.queue(queue, concurrency=1) if queue is not None else None
+
+    @app.workflow(name="job", version="v1", queue=q)
+    async def job(ctx: Any, k: int) -> int:
+        return k
+
+    return app, job
+
+
+async def test_runs_of_a_queue_no_worker_declares_are_claimed_unqueued(db_url: str) -> None:
+    """A queue renamed or removed in a deploy does not strand its runs: once no worker
+    declares it, an unqueued claim takes them (running ones too, once their lease ends)."""
+    old, job = _moved_app(db_url, "old")
+    new, _ = _moved_app(db_url, None)
+    async with old, new:
+        for k in range(3):
+            await job.start(k)  # started by a client; no worker ever declared "old"
+        # A run held by a worker of the old deploy that died: running, its lease ended.
+        await QueueClaims(old.store).declare(list(old.queues.values()), ttl_s=0.3)
+        held = await QueueClaims(old.store).claim("old", "dead", PAIR, 1, 0.2)
+        assert [r["input"] for r in held] == ["0"]
+        # While "old" is declared, the unqueued claim leaves its runs to the queue.
+        assert await new.store.claim("w", PAIR, 10, 30.0) == []
+
+        async def claimed() -> list[Any]:
+            return await new.store.claim("w", PAIR, 10, 30.0)
+
+        rows = await eventually(claimed, timeout=5, what="the runs of the lapsed queue")
+        got = {r["input"] for r in rows}
+        if got != {"0", "1", "2"}:  # the dead worker's run waits for its lease to end
+            rows = await eventually(claimed, timeout=5, what="the dead worker's run")
+            got |= {r["input"] for r in rows}
+        assert got == {"0", "1", "2"}
+        runs = await new.list_runs(status="running")
+        assert {r.worker_id for r in runs} == {"w"} and {r.queue for r in runs} == {"old"}
+
+
+async def test_a_declared_queue_keeps_its_runs_from_unqueued_claims(db_url: str) -> None:
+    app, job = _moved_app(db_url, "live")
+    other, _ = _moved_app(db_url, None)
+    async with app, other:
+        await QueueClaims(app.store).declare(list(app.queues.values()), ttl_s=30.0)
+        for k in range(2):
+            await job.start(k)
+        assert await other.store.claim("w", PAIR, 10, 30.0) == []
+        # A queued claim renews the declaration: its limit still holds.
+        assert [r["input"] for r in await QueueClaims(app.store).claim(
+            "live", "w", PAIR, 10, 30.0)] == ["0"]  # fmt: skip
+        assert await other.store.claim("w", PAIR, 10, 30.0) == []
+
+
+async def test_a_canceled_run_compensating_holds_its_slot(db_url: str) -> None:
+    """Compensations run code: a canceled run undoing its steps counts toward its queue's
+    concurrency like a running one."""
+    app = Durably(db_url)
+    q = app.queue("q", concurrency=1)
+
+    def undo(value: int) -> None:
+        return None
+
+    @app.workflow(name="job", version="v1", queue=q)
+    async def job(ctx: Any, k: int) -> int:
+        if k == 0:
+            await ctx.step.run("do", lambda: 1, compensate=undo)
+            await ctx.step.wait_for_signal("never")
+        return k
+
+    async with app:
+        first = await job.start(0)
+        async with app.worker(concurrency=2):
+            await eventually(lambda: _is(first.status(), "waiting"), what="the first run")
+        await app.cancel(first.run_id)
+        claims = QueueClaims(app.store)
+        rows = await claims.claim("q", "undoing", PAIR, 5, 30.0)
+        assert [r["id"] for r in rows] == [first.run_id]  # its compensations, to run
+        await job.start(1)
+        assert await claims.claim("q", "other", PAIR, 5, 30.0) == []  # the slot is held
+
+
+async def test_next_due_counts_the_runs_of_a_queue_no_worker_declares(db_url: str) -> None:
+    """An idle worker learns when a lapsed queue's run comes due (not only by the poll),
+    and its next claim then looks at unqueued runs even if all its workflows are queued."""
+    live, in_live = _moved_app(db_url, "live")
+    old, in_old = _moved_app(db_url, "old")
+    new, _ = _moved_app(db_url, "renamed")
+    async with live, old, new:
+        await QueueClaims(live.store).declare(list(live.queues.values()), ttl_s=30.0)
+        await in_live.start(1, available_at="+1h")  # the queue's own look covers it
+        handle = await in_old.start(2, available_at="+2h")  # no worker ever declared "old"
+        at = (await new.get_run(handle.run_id)).available_at
+        assert at is not None
+        assert (await new.store.next_due(PAIR))[0] == at
+        claimer = Claimer(new, "w", 30.0)
+        assert (await claimer.next_due())[0] == at
+        assert claimer._unqueued_gave  # every workflow of `new` is queued: look anyway

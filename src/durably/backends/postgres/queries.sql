@@ -17,6 +17,11 @@ WITH ins AS (
         :queue, :concurrency_key, :priority)
     ON CONFLICT DO NOTHING
     RETURNING *
+), queued AS (
+    -- A queue has a row from its first run on (see 0008): "no worker declares it" is read
+    -- from that row. An existing row is left alone (no lock, no write).
+    INSERT INTO {schema}.queues (name) SELECT :queue WHERE CAST(:queue AS text) IS NOT NULL
+    ON CONFLICT (name) DO NOTHING
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM ins WHERE ins.available_at <= now()
 )
@@ -62,9 +67,23 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 -- pair's candidates are locked as they are read, passing over those another worker holds
 -- (so the next of that pair are taken instead); the oldest :limit of them all are claimed
 -- (the few locked beyond are free again when this statement ends).
-WITH due AS (
-    SELECT c.id FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
+-- Runs of a queue that no worker declares (`lapsed`: renamed or removed in a deploy) are
+-- unqueued runs too, read from one range of runs_queued per pair and lapsed queue (none in
+-- the common case: then nothing of runs_queued is read). The lapsed rows are locked FOR
+-- SHARE, in name order: a worker declaring the queue (lock_queue, renew_queues) waits for
+-- this claim to commit, so its next queued claim counts these runs; and a claim that waits
+-- for a declaration in flight re-reads the row after it and passes over a queue that is
+-- declared again. So no claim of a declared queue's run ever ignores its limits.
+WITH lapsed AS MATERIALIZED (
+    SELECT q.name FROM {schema}.queues q
+    WHERE q.declared_until IS NULL OR q.declared_until <= now()
+    ORDER BY q.name
+    FOR SHARE
+), pairs AS (
+    SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
         AS p(workflow, version)
+), cand AS (
+    SELECT c.id, c.available_at FROM pairs p
     CROSS JOIN LATERAL (
         SELECT r.id, r.available_at FROM {schema}.runs r
         WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at <= now()
@@ -73,8 +92,18 @@ WITH due AS (
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ) c
-    ORDER BY c.available_at
-    LIMIT :limit
+    UNION ALL
+    SELECT o.id, o.available_at FROM pairs p CROSS JOIN lapsed
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.available_at FROM {schema}.runs r
+        WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue = lapsed.name
+          AND r.available_at <= now()
+        ORDER BY r.priority DESC, r.available_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ) o
+), due AS (
+    SELECT cand.id FROM cand ORDER BY cand.available_at LIMIT :limit
 ), claimed AS (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
@@ -103,14 +132,26 @@ SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned
 FROM claimed;
 
 -- name: next_due
--- One look into runs_due per served pair (no pairs: one row, next_at NULL).
-SELECT min(n.next_at) AS next_at, now() AS db_now
-FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])) AS p(workflow, version)
-CROSS JOIN LATERAL (
-    SELECT min(r.available_at) AS next_at FROM {schema}.runs r
-    WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at IS NOT NULL
-      AND r.queue IS NULL
-) n;
+-- When the unqueued claim may next find a run: one look into runs_due per served pair,
+-- and one into runs_queued per pair and queue no worker declares (`lapsed`: its runs are
+-- unqueued runs, see claim). No pairs: one row, next_at NULL.
+WITH pairs AS (
+    SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
+        AS p(workflow, version)
+), lapsed AS (
+    SELECT q.name FROM {schema}.queues q
+    WHERE q.declared_until IS NULL OR q.declared_until <= now()
+)
+SELECT LEAST(
+    (SELECT min(n.next_at) FROM pairs p CROSS JOIN LATERAL (
+        SELECT min(r.available_at) AS next_at FROM {schema}.runs r
+        WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at IS NOT NULL
+          AND r.queue IS NULL) n),
+    (SELECT min(o.next_at) FROM pairs p CROSS JOIN lapsed CROSS JOIN LATERAL (
+        SELECT min(r.available_at) AS next_at FROM {schema}.runs r
+        WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue = lapsed.name
+          AND r.available_at IS NOT NULL) o)
+) AS next_at, now() AS db_now;
 
 -- name: heartbeat
 -- Rows are locked in id order, as the group commit locks them: no deadlock between them.
@@ -229,19 +270,26 @@ RETURNING id;
 -- The run's end. Step records not yet durable ride along (`:batch`, as for record_many;
 -- written only if the fenced update of the run happened, never over a completed one).
 -- Whatever else is still `running` (a wait, a body interrupted by the end) is canceled,
--- so a finished run has no attempt left running. A cancel's error is kept.
+-- so a finished run has no attempt left running. A cancel's error is kept. The run and its
+-- parent are locked in id order before either is updated (see lock_tree).
 WITH v AS (
     SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
         position integer, attempt integer, step text, kind text, status text, final boolean,
         output jsonb, error jsonb, compensable boolean, elapsed_s float8,
         workflow_attempt integer, seq integer, wake_s float8)
+), locked AS MATERIALIZED (
+    SELECT r.id FROM {schema}.runs r
+    WHERE r.id = :run_id
+       OR r.id = (SELECT c.parent_run_id FROM {schema}.runs c WHERE c.id = :run_id)
+    ORDER BY r.id
+    FOR NO KEY UPDATE
 ), done AS (
     UPDATE {schema}.runs SET
         status = :status, output = CAST(:output AS jsonb),
         error = COALESCE(CAST(:error AS jsonb), error),
         available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = false,
         finished_at = COALESCE(finished_at, now()), updated_at = now()
-    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+    WHERE id = :run_id AND id IN (SELECT id FROM locked) AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
       AND (status <> 'canceled' OR :status = 'canceled')
     RETURNING id, parent_run_id
@@ -362,6 +410,23 @@ FROM done;
 SELECT id FROM {schema}.runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
   AND status IN ('pending', 'running', 'waiting');
+
+-- name: lock_tree
+-- Before a run's tree changes (a cancel; a parent's end that cancels its children): the
+-- run, its live descendants that end with it, and its parent, locked in id order, the one
+-- order every statement that locks several run rows follows (heartbeat, finish_run,
+-- finish_many): a cancel and the end of a run of its tree never deadlock.
+WITH RECURSIVE tree AS (
+    SELECT id, parent_run_id FROM {schema}.runs WHERE id = :run_id
+    UNION ALL
+    SELECT c.id, c.parent_run_id FROM {schema}.runs c JOIN tree ON c.parent_run_id = tree.id
+    WHERE c.parent_close = 'cancel'
+)
+SELECT r.id, r.status FROM {schema}.runs r
+WHERE r.id IN (SELECT id FROM tree UNION ALL SELECT parent_run_id FROM tree WHERE id = :run_id)
+  AND (r.id = :run_id OR r.status IN ('pending', 'running', 'waiting'))
+ORDER BY r.id
+FOR NO KEY UPDATE;
 
 -- name: cancel_tree
 -- A run whose worker holds a live lease keeps it (fence and worker): it is marked canceled
@@ -585,18 +650,45 @@ WITH lease AS (
 SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS returned;
 
 -- name: upsert_queue
--- A queue's limits as the app declares them (the last worker to start wins).
-INSERT INTO {schema}.queues (name, concurrency, per_key, rate_limit, rate_period_s, priority)
-VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority)
+-- A queue's limits as the app declares them (the last worker to start wins), declared for
+-- `:ttl` seconds at least (see 0008).
+INSERT INTO {schema}.queues (name, concurrency, per_key, rate_limit, rate_period_s, priority,
+    declared_until)
+VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority,
+    now() + :ttl * interval '1 second')
 ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
     per_key = excluded.per_key, rate_limit = excluded.rate_limit,
-    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now()
+    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now(),
+    declared_until = GREATEST({schema}.queues.declared_until, excluded.declared_until)
 RETURNING name;
+
+-- name: renew_queues
+-- A worker's heartbeat keeps its queues declared for `:ttl` seconds more; rows locked in
+-- name order, as the unqueued claim locks lapsed ones.
+WITH mine AS (
+    SELECT name FROM {schema}.queues WHERE name = ANY(CAST(:names AS text[]))
+    ORDER BY name
+    FOR NO KEY UPDATE
+)
+UPDATE {schema}.queues q SET
+    declared_until = GREATEST(q.declared_until, now() + :ttl * interval '1 second')
+FROM mine WHERE q.name = mine.name
+RETURNING q.name;
 
 -- name: lock_queue
 -- Serialises the claims of one queue: the claim that follows, a statement of its own,
--- reads the counts with a snapshot taken after the previous claim committed.
-SELECT name FROM {schema}.queues WHERE name = :queue FOR UPDATE;
+-- reads the counts with a snapshot taken after the previous claim committed. The claiming
+-- worker declares the queue: a declaration less than half a `:ttl` ahead is renewed here,
+-- under the lock (an unqueued claim never takes the runs of a queue claimed this way).
+WITH locked AS (
+    SELECT name, declared_until FROM {schema}.queues WHERE name = :queue FOR UPDATE
+), renewed AS (
+    UPDATE {schema}.queues q SET declared_until = now() + :ttl * interval '1 second'
+    FROM locked WHERE q.name = locked.name
+      AND (locked.declared_until IS NULL
+           OR locked.declared_until < now() + :ttl * interval '0.5 second')
+)
+SELECT name FROM locked;
 
 -- name: claim_queue
 -- Under lock_queue: the room the queue has (`concurrency` minus its running runs; `rate`
@@ -609,8 +701,9 @@ SELECT name FROM {schema}.queues WHERE name = :queue FOR UPDATE;
 WITH q AS (
     SELECT * FROM {schema}.queues WHERE name = :queue
 ), busy AS (
+    -- Running runs, and canceled ones running their compensations: both run code.
     SELECT concurrency_key AS k, count(*) AS n FROM {schema}.runs
-    WHERE queue = :queue AND status = 'running' GROUP BY concurrency_key
+    WHERE queue = :queue AND (status = 'running' OR compensating) GROUP BY concurrency_key
 ), room AS (
     SELECT q.per_key,
         COALESCE(q.concurrency - (SELECT COALESCE(sum(n), 0) FROM busy), :limit) AS slots,
@@ -713,8 +806,8 @@ SELECT LEAST(
 -- name: queue_counts
 -- Each declared queue with its running and waiting (pending: due or not) runs.
 SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priority,
-    (SELECT count(*) FROM {schema}.runs r WHERE r.queue = q.name AND r.status = 'running')
-        AS running,
+    (SELECT count(*) FROM {schema}.runs r
+     WHERE r.queue = q.name AND (r.status = 'running' OR r.compensating)) AS running,
     (SELECT count(*) FROM {schema}.runs r WHERE r.queue = q.name AND r.status = 'pending')
         AS waiting
 FROM {schema}.queues q ORDER BY q.name;

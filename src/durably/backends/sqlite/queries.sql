@@ -5,6 +5,9 @@
 -- A block may hold several statements; the rows of the last one that returns rows come back.
 
 -- name: insert_run
+-- A queue has a row from its first run on (see the PostgreSQL twin).
+INSERT INTO {schema}_queues (name, updated_at) SELECT :queue, now() WHERE :queue IS NOT NULL
+ON CONFLICT (name) DO NOTHING;
 INSERT INTO {schema}_runs (id, namespace, workflow, version, status, input, idempotency_key,
     max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
     created_at, updated_at, queue, concurrency_key, priority)
@@ -66,14 +69,29 @@ WHERE id IN (
     -- The oldest due runs of each (workflow, version) served, from one range of runs_due
     -- per pair (runs of versions no worker here serves are never read); then the oldest.
     -- CROSS JOIN keeps the pairs outermost whatever the statistics say.
-    SELECT r.id FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
-    CROSS JOIN {schema}_runs r WHERE r.id IN (
-        SELECT id FROM {schema}_runs
-        WHERE workflow = w.value AND version = v.value AND available_at <= now()
-          AND queue IS NULL  -- queued runs: claim_queue
-        ORDER BY available_at
-        LIMIT :limit)
-    ORDER BY r.available_at
+    -- Runs of a queue no worker declares are unqueued runs too (see the PostgreSQL twin:
+    -- here the claim's IMMEDIATE transaction keeps out a declaration meanwhile).
+    SELECT id FROM (
+        SELECT r.id, r.available_at
+        FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+        CROSS JOIN {schema}_runs r WHERE r.id IN (
+            SELECT id FROM {schema}_runs
+            WHERE workflow = w.value AND version = v.value AND available_at <= now()
+              AND queue IS NULL  -- queued runs: claim_queue
+            ORDER BY available_at
+            LIMIT :limit)
+        UNION ALL
+        SELECT r.id, r.available_at
+        FROM {schema}_queues q
+        CROSS JOIN json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+        CROSS JOIN {schema}_runs r
+        WHERE (q.declared_until IS NULL OR q.declared_until <= now()) AND r.id IN (
+            SELECT id FROM {schema}_runs
+            WHERE workflow = w.value AND version = v.value AND queue = q.name
+              AND available_at <= now()
+            ORDER BY priority DESC, available_at
+            LIMIT :limit))
+    ORDER BY available_at
     LIMIT :limit
 );
 UPDATE {schema}_step_attempts SET status = 'abandoned', finished_at = now()
@@ -93,12 +111,20 @@ FROM {schema}_runs r WHERE claim_token = :token;
 UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
 
 -- name: next_due
--- One look into runs_due per served pair (no pairs: one row, next_at NULL).
-SELECT min((SELECT min(available_at) FROM {schema}_runs
-            WHERE workflow = w.value AND version = v.value AND available_at IS NOT NULL
-              AND queue IS NULL))
-       AS next_at, now() AS db_now
-FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key;
+-- See the PostgreSQL twin: unqueued runs, and runs of a queue no worker declares.
+SELECT (SELECT min(n.next_at) FROM (
+            SELECT (SELECT min(available_at) FROM {schema}_runs
+                    WHERE workflow = w.value AND version = v.value
+                      AND available_at IS NOT NULL AND queue IS NULL) AS next_at
+            FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+            UNION ALL
+            SELECT (SELECT min(available_at) FROM {schema}_runs
+                    WHERE workflow = w.value AND version = v.value AND queue = q.name
+                      AND available_at IS NOT NULL)
+            FROM {schema}_queues q
+            CROSS JOIN json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+            WHERE q.declared_until IS NULL OR q.declared_until <= now()) n)
+       AS next_at, now() AS db_now;
 
 -- name: heartbeat
 UPDATE {schema}_runs SET lease_expires_at = now() + :lease, available_at = now() + :lease
@@ -275,6 +301,10 @@ RETURNING id, 0 AS notified;
 SELECT id FROM {schema}_runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
   AND status IN ('pending', 'running', 'waiting');
+
+-- name: lock_tree
+-- The transaction's IMMEDIATE transaction already holds the database's write lock.
+SELECT id, status FROM {schema}_runs WHERE id = :run_id;
 
 -- name: cancel_tree
 -- See the PostgreSQL twin: a run whose worker holds a live lease keeps it and is marked
@@ -459,15 +489,25 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id AND lease_expir
 
 -- name: upsert_queue
 INSERT INTO {schema}_queues (name, concurrency, per_key, rate_limit, rate_period_s, priority,
-    updated_at)
-VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority, now())
+    updated_at, declared_until)
+VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority, now(),
+    now() + :ttl)
 ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
     per_key = excluded.per_key, rate_limit = excluded.rate_limit,
-    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now()
+    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now(),
+    declared_until = max(coalesce({schema}_queues.declared_until, 0), excluded.declared_until)
+RETURNING name;
+
+-- name: renew_queues
+UPDATE {schema}_queues SET declared_until = max(coalesce(declared_until, 0), now() + :ttl)
+WHERE name IN (SELECT value FROM json_each(:names))
 RETURNING name;
 
 -- name: lock_queue
--- The claim's IMMEDIATE transaction already holds the database's write lock.
+-- The claim's IMMEDIATE transaction already holds the database's write lock; the claiming
+-- worker declares the queue (see the PostgreSQL twin).
+UPDATE {schema}_queues SET declared_until = now() + :ttl
+WHERE name = :queue AND (declared_until IS NULL OR declared_until < now() + :ttl / 2);
 SELECT name FROM {schema}_queues WHERE name = :queue;
 
 -- name: claim_queue
@@ -487,7 +527,7 @@ UPDATE {schema}_runs SET
 WHERE id IN (
     WITH busy AS (
         SELECT concurrency_key AS k, count(*) AS n FROM {schema}_runs
-        WHERE queue = :queue AND status = 'running' GROUP BY concurrency_key
+        WHERE queue = :queue AND (status = 'running' OR compensating) GROUP BY concurrency_key
     ), room AS (
         SELECT q.per_key,
             coalesce(q.concurrency - (SELECT coalesce(sum(n), 0) FROM busy), :limit) AS slots,
@@ -564,8 +604,8 @@ SELECT (SELECT min(t) FROM (
 
 -- name: queue_counts
 SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priority,
-    (SELECT count(*) FROM {schema}_runs r WHERE r.queue = q.name AND r.status = 'running')
-        AS running,
+    (SELECT count(*) FROM {schema}_runs r
+     WHERE r.queue = q.name AND (r.status = 'running' OR r.compensating)) AS running,
     (SELECT count(*) FROM {schema}_runs r WHERE r.queue = q.name AND r.status = 'pending')
         AS waiting
 FROM {schema}_queues q ORDER BY q.name;

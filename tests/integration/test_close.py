@@ -1,0 +1,104 @@
+"""A worker's end is deterministic: when it returns (and `Durably.close()` after it), no
+task it started is left running, even when a step body ignores cancellation; the wait for
+such a body is bounded and logged."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from durably import Durably, _execution
+from tests.helpers import eventually, scaled
+
+
+def _engine_tasks() -> list[asyncio.Task[Any]]:
+    """Tasks of the engine still running (the stubborn step body itself is user code)."""
+    found = []
+    for task in asyncio.all_tasks():
+        coro = task.get_coro()
+        name = getattr(coro, "__qualname__", "")
+        if not task.done() and name.startswith(("Execution.", "StepRecorder.", "Worker.")):
+            found.append(task)
+    return found
+
+
+async def test_close_while_a_body_ignores_cancellation(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(_execution, "SETTLE_S", 0.3)
+    app = Durably(sqlite_url)
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def stubborn() -> str:
+        started.set()
+        while not release.is_set():
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                continue  # a body that swallows every cancel
+        return "done"
+
+    @app.workflow(name="stubborn")
+    async def wf(ctx: Any) -> str:
+        result: str = await ctx.step.run("stubborn", stubborn)
+        return result
+
+    caplog.set_level(logging.WARNING, logger="durably.worker")
+    try:
+        async with app:
+            async with app.worker(shutdown_grace="0.1s"):
+                await wf.start()
+                await eventually(started.is_set, what="the body to start")
+                began = time.monotonic()
+            assert time.monotonic() - began < scaled(5)  # bounded
+            assert _engine_tasks() == []
+        assert "ignored" in caplog.text and "stubborn" in caplog.text
+    finally:
+        release.set()  # the body may end now (else the event loop's end would wait for it)
+        await asyncio.sleep(0.1)
+
+
+async def test_close_stops_a_worker_still_running_with_a_bounded_drain(db_url: str) -> None:
+    """`Durably.close()` while `app.worker()` runs: the worker stops claiming, drains (a
+    run that ends within `shutdown_grace` completes, one that does not is released at
+    once, not left to its lease), and returns before the connections close."""
+    app = Durably(db_url)
+    started = asyncio.Event()
+    never = asyncio.Event()
+
+    async def quick() -> str:
+        await asyncio.sleep(0.2)
+        return "done"
+
+    async def stuck() -> None:
+        started.set()
+        await never.wait()
+
+    @app.workflow(name="quick")
+    async def quick_wf(ctx: Any) -> str:
+        result: str = await ctx.step.run("quick", quick)
+        return result
+
+    @app.workflow(name="stuck")
+    async def stuck_wf(ctx: Any) -> None:
+        await ctx.step.run("stuck", stuck)
+
+    await app.open()
+    worker = app.worker(shutdown_grace=f"{scaled(2):g}s", lease="60s")
+    running = asyncio.create_task(worker.run(install_signals=False))
+    a = await quick_wf.start()
+    b = await stuck_wf.start()
+    await eventually(started.is_set, what="the stuck body to start")
+    began = time.monotonic()
+    await app.close()
+    assert time.monotonic() - began < scaled(10)  # bounded
+    assert running.done() and running.exception() is None
+    async with Durably(db_url) as other:
+        done, left = await other.get_run(a.run_id), await other.get_run(b.run_id)
+    assert done.status == "completed" and done.output == "done"
+    assert left.status == "pending" and left.worker_id is None  # released: claimable now
