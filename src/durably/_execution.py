@@ -79,7 +79,7 @@ class Execution(RunLog, LiveWaits):
         self.workflow = workflow
         self.row = row
         self.lease = Lease(row["id"], row["fence"], worker_id, row["attempts"])
-        self.history = History.parse(row["history"], row["attempts"])
+        self.history = History.parse(row["history"], row["attempts"], row.get("resumes"))
         self.clock = clock
         self.threads = threads
         self.max_payload = max_payload
@@ -210,7 +210,7 @@ class Execution(RunLog, LiveWaits):
 
     async def _lifecycle(self, cmd: Command) -> None:
         try:
-            await self._durable_through(cmd.gate)
+            await self._durable_through(cmd.gate, cmd.position)
             if self.stop is None and self.fatal is None:
                 await cmd.lifecycle(self, cmd)
         except Exception as exc:
@@ -356,6 +356,13 @@ class Execution(RunLog, LiveWaits):
         for rec in self.history.log:
             if self.fatal is not None:
                 return
+            if self.history.skips(rec, self._position):  # a resume's fresh budget
+                self.history.forget(rec.position)
+                cmd = self.commands.get(rec.position)
+                if cmd is not None:
+                    cmd.recorded = None
+                    self._to_start.append(cmd)
+                continue
             cmd = self.commands.get(rec.position)
             if cmd is None:
                 self.poison(NonDeterminismError(

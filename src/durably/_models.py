@@ -52,6 +52,7 @@ class Run:
     queue: str | None = None
     concurrency_key: str | None = None
     priority: int = 0
+    resumes: tuple[int, ...] = ()  # the workflow attempts that began by `app.resume`
 
     @property
     def terminal(self) -> bool:
@@ -77,7 +78,7 @@ class Run:
             lease_expires_at=row["lease_expires_at"],
             compensating=bool(row.get("compensating")),
             queue=row.get("queue"), concurrency_key=row.get("concurrency_key"),
-            priority=row.get("priority") or 0,
+            priority=row.get("priority") or 0, resumes=tuple(decode(row.get("resumes")) or ()),
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:

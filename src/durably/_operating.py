@@ -55,10 +55,16 @@ class OperatingApi:
     async def fork(
         self, run_id: str, from_position: int, version: str | None = None
     ) -> RunHandle[Any]:
-        """Start a new run whose history is the first `from_position` completed steps of
-        run `run_id` (counted from 1 in history order; sleeps and waits count,
-        compensations do not), with the same input, on `version` (default: the old one's;
-        it need not be registered here: workers that serve it take the run).
+        """Start a new run whose history is the first `from_position` entries of run
+        `run_id`'s log, with the same input, on `version` (default: the old one's; it need
+        not be registered here: workers that serve it take the run).
+
+        The log is every outcome the workflow received, counted from 1 in the order it
+        received them: a step that completed, or failed for good (a failure the code caught
+        counts: the fork replays it, so the code takes the same path), a sleep, a signal
+        wait, a child, a signal sent, an event set, a `patched` marker. Retried attempts
+        and compensations do not count. An out-of-range `from_position` is refused with
+        the log listed.
 
         Example:
             ```python
@@ -158,7 +164,8 @@ class OperatingApi:
         self, older_than: Duration = "30 days", status: list[str] | str | None = None
     ) -> dict[str, int]:
         """Delete runs that finished more than `older_than` ago (`"0s"`: every finished
-        run), with their steps and the signals they consumed, in short batches.
+        run), with their steps, the signals they consumed and those left in their own
+        buffer (addressed to them, or put back by a resume), in short batches.
 
         Args:
             older_than: how long a finished run is kept (by `finished_at`).

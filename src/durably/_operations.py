@@ -75,22 +75,28 @@ class Operations:
         self.db.notify_local("run")
         return Run.from_row(resumed[0])
 
-    async def completed_log(self, run: Run) -> list[tuple[int, Recorded]]:
-        """The completed steps of `run`'s log, in log order, with their record ids."""
+    async def log_entries(self, run: Run) -> list[tuple[int, Recorded]]:
+        """`run`'s log as its last workflow attempt saw it, with the record ids: every
+        outcome the workflow received, in order (a step completed or failed for good, a
+        sleep, a wait, a child, a signal sent, an event, a patch marker); never a retried
+        attempt nor a compensation."""
         rows = await self.db.fetch("log_rows", run_id=run.run_id)
         ids = {(r["position"], r["attempt"]): r["id"] for r in rows}
-        history = History(rows, max(run.attempts, 1))
-        return [(ids[(r.position, r.attempt)], r) for r in history.log if r.completed]
+        history = History(rows, max(run.attempts, 1), run.resumes)
+        return [(ids[(r.position, r.attempt)], r) for r in history.log]
 
     async def fork_log(self, run: Run, from_position: int) -> list[int]:
-        """The ids of the first `from_position` completed steps of `run`'s log."""
-        completed = await self.completed_log(run)
-        if not 0 <= from_position <= len(completed):
+        """The ids of the first `from_position` entries of `run`'s log: a prefix of what
+        the workflow received, so the fork replays exactly (a caught failure included)."""
+        log = await self.log_entries(run)
+        if not 0 <= from_position <= len(log):
+            listed = ", ".join(f"{n} {_entry(r)}" for n, (_, r) in enumerate(log[:20], 1))
+            more = ", …" if len(log) > 20 else ""
             raise InvalidInput(
-                f"cannot fork run {run.run_id} from position {from_position}: its history "
-                f"has {len(completed)} completed steps (use 0 to {len(completed)})"
+                f"cannot fork run {run.run_id} from position {from_position}: its log has "
+                f"{len(log)} entries (use 0 to {len(log)}): {listed or 'none'}{more}"
             )
-        return [step_id for step_id, _ in completed[:from_position]]
+        return [step_id for step_id, _ in log[:from_position]]
 
     async def fork(self, run: Run, from_position: int, new: NewRun) -> Run:
         steps = await self.fork_log(run, from_position)
@@ -168,6 +174,7 @@ class Operations:
                 ids = [r["id"] for r in picked]
                 if ids:
                     done["signals"] += len(await tx.fetch("purge_consumed", ids=ids))
+                    done["signals"] += len(await tx.fetch("purge_addressed", ids=ids))
                     done["runs"] += len(await tx.fetch("purge_runs", ids=ids))
             if len(ids) < batch:
                 break
@@ -186,6 +193,11 @@ class Operations:
         """Whether `holder` runs job `name` now (nobody else will for `every_s`)."""
         rows = await self.db.fetch("take_maintenance", name=name, holder=holder, every_s=every_s)
         return bool(rows)
+
+
+def _entry(rec: Recorded) -> str:
+    kind = "" if rec.kind == "function" else f"{rec.kind} "
+    return f"{kind}{rec.step}" + ("" if rec.completed else " (failed)")
 
 
 def _signal(r: Row) -> Signal:

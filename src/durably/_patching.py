@@ -1,8 +1,11 @@
 """Changing workflow code while runs are in flight: `ctx.patched` and `ctx.deprecate_patch`.
 
 `patched("id")` takes the workflow's next position only when it answers True, and then
-records a marker there (kind "patch", name the patch id), durable before anything the
-workflow does next. It answers:
+records a marker there (kind "patch", name the patch id). The marker is durable before
+the workflow receives the answer and before any step issued after it (a sibling branch's
+too) starts: were a later position recorded first and the worker killed, replay would find
+history past the marker's position without it, answer False and shift every position.
+It answers:
 - True, replaying, where history holds that marker;
 - False where history holds anything else at or after this position: the run went past this
   point under the code before the patch, so the old path is the one to replay (the
@@ -43,6 +46,8 @@ def patched(steps: StepApi, patch_id: str) -> asyncio.Future[Any]:
         return old
     cmd = steps._issue(patch_id, KIND, _record_marker)
     cmd.awaited = True  # a marker is recorded whether or not its answer is read
+    if rec is None:
+        x.marker_pending(position)
     return cmd.future
 
 
@@ -60,7 +65,9 @@ def deprecate_patch(steps: StepApi, patch_id: str) -> asyncio.Future[None]:
 
 async def _record_marker(x: Execution, cmd: Command) -> None:
     attempt = x.new_attempt(cmd.position, spend=False)
-    await x.settle(
-        cmd, PendingStep(cmd.position, attempt, cmd.name, KIND, "completed", output_json="true"),
-        value=True,
-    )  # fmt: skip
+    try:
+        await x.settle_durable(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, KIND, "completed", output_json="true",
+        ), value=True)  # fmt: skip
+    finally:
+        x.marker_durable(cmd.position)

@@ -13,6 +13,7 @@ Only the worker holding the run's lease appends to it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -78,45 +79,75 @@ class Recorded:
 
 
 class History:
-    """What one claim starts from.
+    """What one claim starts from: the view of the run's history its workflow attempt has.
 
-    A workflow retry (attempt n > 1) keeps the results of earlier attempts up to the first
-    step that failed for good, in log order; everything after it may have depended on that
-    failure, so those steps run again (with a fresh retry budget) if the code calls them.
+    Each workflow attempt starts from the view the attempt before it ended with (the records
+    it replayed plus those it recorded; at each position the latest attempt wins), cut by
+    how it began:
+    - a workflow retry keeps the completed results up to the first step that failed for good,
+      in log order; everything after it may have depended on that failure, so those steps
+      run again (with a fresh retry budget) if the code calls them;
+    - a resume (`app.resume`, listed in the run's `resumes`) keeps everything the workflow
+      received: every completed result, and the failures too, as *tentative* ones. Replay
+      hands a tentative failure back only where the code needs it to reach a completed step
+      (a completed record at a position issued after the failure was received: the code
+      caught it and went on); otherwise it is skipped and the step runs again with a fresh
+      budget (`skips`). Completed compensations stay done.
+    The current attempt's own records all count.
     """
 
-    def __init__(self, entries: list[dict[str, Any]], workflow_attempt: int = 1) -> None:
+    def __init__(
+        self, entries: list[dict[str, Any]], workflow_attempt: int = 1,
+        resumes: Iterable[int] = (),
+    ) -> None:  # fmt: skip
         rows = [Recorded.from_entry(e) for e in entries]
         self.attempts = len(rows)
         self.max_seq = max((r.seq or 0 for r in rows), default=0)
         self._last_attempt: dict[int, int] = {}
         for r in rows:
             self._last_attempt[r.position] = max(r.attempt, self._last_attempt.get(r.position, 0))
-        earlier_failures = [
-            r.seq for r in rows
-            if r.workflow_attempt < workflow_attempt and r.resolves and not r.completed
-        ]  # fmt: skip
-        cut = min((s for s in earlier_failures if s is not None), default=None)
-
-        def counts(r: Recorded) -> bool:
-            if r.workflow_attempt >= workflow_attempt:
-                return True
-            return r.resolves and r.completed and (cut is None or (r.seq or 0) < cut)
-
-        self._latest: dict[int, Recorded] = {}
+        self._attempt = workflow_attempt
+        view = _view(rows, workflow_attempt, set(resumes))
+        self._latest: dict[int, Recorded] = dict(view)
         self._failures: dict[int, int] = {}
-        for r in sorted((r for r in rows if counts(r)), key=lambda r: (r.position, r.attempt)):
+        own = [r for r in rows if r.workflow_attempt >= workflow_attempt]
+        for r in sorted(own, key=lambda r: (r.position, r.attempt)):
             if r.status == "failed":
                 self._failures[r.position] = self._failures.get(r.position, 0) + 1
             self._latest[r.position] = r
+        for pos in [p for p, r in self._latest.items() if p < 0]:
+            undone = self._latest.get(-pos - 1)  # a compensation holds while its step does
+            if undone is None or undone.workflow_attempt > self._latest[pos].workflow_attempt:
+                del self._latest[pos]
         self.log = sorted(
             (r for r in self._latest.values() if r.position >= 0 and r.resolves),
             key=lambda r: r.seq or 0,
         )
+        self._kept = [r.position for r in view.values() if r.completed and r.position > 0]
+
+    def tentative(self, rec: Recorded) -> bool:
+        """Whether `rec` is a failure a resume gave a fresh budget unless the code needs it."""
+        return (
+            rec.status == "failed"
+            and rec.workflow_attempt < self._attempt
+            and self._latest.get(rec.position) is rec
+        )
+
+    def skips(self, rec: Recorded, issued: int) -> bool:
+        """Whether replay skips tentative failure `rec`, the code having issued `issued`
+        steps so far: no completed step of the view was issued after it was received."""
+        return self.tentative(rec) and all(p <= issued for p in self._kept)
+
+    def forget(self, position: int) -> None:
+        """A skipped tentative failure: its step runs again, with a fresh budget."""
+        self._latest.pop(position, None)
 
     @classmethod
-    def parse(cls, text: str | None, workflow_attempt: int = 1) -> History:
-        return cls(json.loads(text) if text else [], workflow_attempt)
+    def parse(
+        cls, text: str | None, workflow_attempt: int = 1, resumes: str | list[int] | None = None
+    ) -> History:
+        began: list[int] = json.loads(resumes) if isinstance(resumes, str) else resumes or []
+        return cls(json.loads(text) if text else [], workflow_attempt, began)
 
     def at(self, position: int, name: str, kind: str) -> Recorded | None:
         """What history holds at `position`, checked against the step the code issues."""
@@ -148,3 +179,24 @@ class History:
     def compensations_done(self) -> set[int]:
         """Positions whose compensation (recorded at -(p + 1)) has completed."""
         return {-pos - 1 for pos, rec in self._latest.items() if pos < 0 and rec.completed}
+
+
+def _view(rows: list[Recorded], workflow_attempt: int, resumes: set[int]) -> dict[int, Recorded]:
+    """The records attempt `workflow_attempt` starts from, by position (see `History`)."""
+    view: dict[int, Recorded] = {}
+    for k in range(1, workflow_attempt):
+        merged = dict(view)
+        for r in sorted((r for r in rows if r.workflow_attempt == k),
+                        key=lambda r: (r.position, r.attempt)):  # fmt: skip
+            merged[r.position] = r
+        if k + 1 in resumes:
+            view = {p: r for p, r in merged.items()
+                    if r.resolves or (p < 0 and r.completed)}  # fmt: skip
+            continue
+        failed = [
+            r.seq or 0 for p, r in merged.items() if p >= 0 and r.resolves and not r.completed
+        ]
+        cut = min(failed, default=None)
+        view = {p: r for p, r in merged.items() if p >= 0 and r.resolves and r.completed
+                and (cut is None or (r.seq or 0) < cut)}  # fmt: skip
+    return view

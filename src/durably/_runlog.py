@@ -72,6 +72,7 @@ class RunLog:
         self._durable_waiter: asyncio.Future[None] | None = None
         self._outbox: dict[int, tuple[Command, Outcome]] = {}
         self._changed = asyncio.Event()
+        self._markers: set[int] = set()  # positions of patch markers not durable yet
 
     def reserve(self) -> int:
         """The next position in the run's log, for an outcome about to be known."""
@@ -112,9 +113,26 @@ class RunLog:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def _durable_through(self, seq: int) -> None:
-        """Wait until every result up to `seq` is durable, or the execution stops."""
-        while self.stop is None and self.fatal is None and any(s <= seq for s in self._in_flight):
+    def marker_pending(self, position: int) -> None:
+        """A patch marker at `position` is to be recorded: nothing issued after it (at a
+        later position) starts before it is durable (see `_patching`)."""
+        self._markers.add(position)
+
+    def marker_durable(self, position: int) -> None:
+        self._markers.discard(position)
+        self.wake_gated()
+
+    async def _durable_through(self, seq: int, position: int | None = None) -> None:
+        """Wait until every result up to `seq` is durable (and, for a command at
+        `position`, every patch marker before it), or the execution stops."""
+        while (
+            self.stop is None
+            and self.fatal is None
+            and (
+                any(s <= seq for s in self._in_flight)
+                or (position is not None and any(p < position for p in self._markers))
+            )
+        ):
             if self._durable_waiter is None:
                 self._durable_waiter = asyncio.get_running_loop().create_future()
             await self._durable_waiter
@@ -156,6 +174,22 @@ class RunLog:
         status = await self.recorder.record(self.lease, step)
         cmd.recording = False
         self._durable(step.seq, cmd)
+        if status == "canceled":  # its NOTIFY did not reach us
+            self.halt(Stop("canceled", "canceled"))
+
+    async def settle_durable(self, cmd: Command, step: PendingStep, value: Any) -> None:
+        """Record an outcome as the next entry of the log, and deliver it once durable
+        (later outcomes wait for it: its seq is reserved until then)."""
+        step.seq = self.reserve()
+        cmd.recording = True
+        try:
+            status = await self.recorder.record(self.lease, step)
+        except BaseException:
+            self.unreserve(step.seq)
+            raise
+        finally:
+            cmd.recording = False
+        self.publish(step.seq, cmd, value)
         if status == "canceled":  # its NOTIFY did not reach us
             self.halt(Stop("canceled", "canceled"))
 

@@ -61,7 +61,7 @@ def test_patch_resume_and_fork_across_deploys(procs: Procs, tmp_path: Path) -> N
     # Fork onto v2 from the first two steps: reserve and the signal are kept.
     before = len(procs.json("runs", **env))
     bad = procs.cli("fork", run_id, "--from", "9", "--version", "v2", check=False, **env)
-    assert bad.returncode == 2 and "completed steps" in bad.stderr
+    assert bad.returncode == 2 and "log has 5 entries" in bad.stderr
     assert len(procs.json("runs", **env)) == before
     forked = procs.json("fork", run_id, "--from", "2", "--version", "v2", **env)
     assert forked["run_id"] != run_id and forked["version"] == "v2"
@@ -69,3 +69,29 @@ def test_patch_resume_and_fork_across_deploys(procs: Procs, tmp_path: Path) -> N
     assert procs.json("show", forked["run_id"], **env)["run"]["output"] == [
         1, "paid", "charged-v2"]  # fmt: skip
     assert _ran(log, forked["run_id"]) == {"charge-v2": 1}
+
+
+def test_resume_never_runs_a_completed_step_again(procs: Procs, tmp_path: Path) -> None:
+    """A caught failure, then a step that completed, then one that failed for good: the
+    resumed run, on a fixed worker, replays the caught failure (the code takes its except
+    path again), keeps the completed step and gives the failed one a fresh budget."""
+    log = tmp_path / "ran.log"
+    env: dict[str, Any] = {"DURABLY_APP": APP, "RAN_LOG": str(log)}
+
+    def status(run_id: str) -> str:
+        return str(procs.json("show", run_id, **env)["run"]["status"])
+
+    broken = procs.worker("broken", **env)
+    run_id = procs.json("start", "shipment", "--input", "7", **env)["run_id"]
+    eventually_sync(lambda: status(run_id) == "failed", what="ship failing for good")
+    assert _ran(log, run_id) == {"hold": 1, "charge-card": 1, "ship": 2}
+    broken.send_signal(signal.SIGTERM)
+    broken.wait(timeout=scaled(20))
+
+    procs.worker("fixed", FIXED="1", **env)
+    procs.json("resume", run_id, **env)
+    eventually_sync(lambda: status(run_id) == "completed", what="the resumed run")
+    shown = procs.json("show", run_id, **env)
+    assert shown["run"]["output"] == ["no hold", "charged 7", "shipped"]
+    assert shown["run"]["resumes"] == [2]
+    assert _ran(log, run_id) == {"hold": 1, "charge-card": 1, "ship": 3}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from durably import Durably, RetryPolicy, StepContext
+from durably import Durably, RetryPolicy, StepContext, StepFailedError
 
 app = Durably(os.environ.get("DURABLY_DATABASE_URL", "sqlite:///durably.db"))
 PATCHED = os.environ.get("PATCHED") == "1"
@@ -44,6 +44,27 @@ async def order_v2(ctx: Any, n: int) -> list[Any]:
     out.append(await ctx.step.wait_for_signal(f"go:{n}", timeout="60s"))
     out.append(await ctx.step.run("charge-v2", body, "charged-v2"))
     return out
+
+
+def flaky(ctx: StepContext, value: Any) -> Any:
+    """Logs like `body`; fails until FIXED."""
+    with open(os.environ["RAN_LOG"], "a") as out:
+        out.write(f"{ctx.run_id} {ctx.step}\n")
+    if not FIXED:
+        raise RuntimeError(f"{ctx.step} is down")
+    return value
+
+
+@app.workflow(name="shipment", version="v1")
+async def shipment(ctx: Any, n: int) -> list[Any]:
+    """A caught failure, a step completed after it, then one that fails until FIXED."""
+    try:
+        held = await ctx.step.run("hold", flaky, "held", retry=RetryPolicy(max_attempts=1))
+    except StepFailedError:
+        held = "no hold"
+    charged = await ctx.step.run("charge-card", body, f"charged {n}")
+    shipped = await ctx.step.run("ship", flaky, "shipped", retry=TWICE)
+    return [held, charged, shipped]
 
 
 def same(value: int) -> int:

@@ -115,7 +115,7 @@ async def test_fork_copies_the_first_steps_onto_a_new_version(db_url: str) -> No
         assert await old.result(timeout=scaled(10)) == ["t", "a", "b", "c-old"]
         before = len(await app.list_runs())
         for bad in (-1, 4):
-            with pytest.raises(InvalidInput, match="has 3 completed steps"):
+            with pytest.raises(InvalidInput, match="its log has 3 entries"):
                 await app.fork(old.run_id, from_position=bad, version="v2")
         with pytest.raises(RunNotFound):
             await app.fork("nope", from_position=1)

@@ -42,11 +42,16 @@ def resume(
 def fork(
     ctx: typer.Context,
     run_id: str = typer.Argument(..., help="the run to copy"),
-    from_position: int = typer.Option(..., "--from", help="how many completed steps to keep"),
+    from_position: int = typer.Option(
+        ...,
+        "--from",
+        help="how many entries of the run's log to keep (steps, sleeps, waits, events, "
+        "patch markers, caught failures; the error lists them)",
+    ),
     version: str | None = typer.Option(None, "--version", help="default: the old run's"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Start a new run with the first N completed steps of RUN_ID's history; prints it."""
+    """Start a new run with the first N entries of RUN_ID's log; prints it."""
     durably = options(ctx).load()
 
     async def go() -> Any:

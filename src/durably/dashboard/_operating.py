@@ -96,7 +96,7 @@ def run_actions(run: Run, completed_steps: int, csrf: str) -> str:
     )
     fork = (
         f"<form method='post' action='/runs/{run_id}/fork' class='inline' id='fork'>"
-        f"{_hidden(csrf)}<label>fork from step <input name='from' size='4' "
+        f"{_hidden(csrf)}<label>fork from log entry <input name='from' size='4' "
         f"value='{completed_steps}'></label> of {completed_steps} "
         f"<label>on version <input name='version' size='8' value='{escape(run.version)}'>"
         "</label> <button type='submit'>fork</button></form>"

@@ -162,7 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
         run = client.get_run(run_id)
         steps = client.list_steps(run_id)
         events = client.list_events(run_id)
-        completed = len(client.run(client.app.operations.completed_log(run)))
+        completed = len(client.run(client.app.operations.log_entries(run)))
         body = _pages.run_detail(run, steps, self.owner.auth.csrf(), events, completed)
         self._send(200, _pages.page(f"run {run_id}", body, message=query.get("message", ""),
                                     refresh=0 if run.done else 5))  # fmt: skip

@@ -68,7 +68,8 @@ def replay(app: Durably, history: dict[str, Any] | str) -> ReplayReport:
     doc = json.loads(history) if isinstance(history, str) else history
     run, steps = doc["run"], doc["steps"]
     wf = app.get_workflow(run["workflow"], run["version"])
-    replayer = _Replayer(run["run_id"], History(_entries(steps), run.get("attempts") or 1))
+    view = History(_entries(steps), run.get("attempts") or 1, run.get("resumes") or ())
+    replayer = _Replayer(run["run_id"], view)
     ctx = WorkflowContext(run_id=run["run_id"], workflow=wf.name, version=wf.version,
                           attempt=run.get("attempts") or 1, step=StepApi(replayer))  # type: ignore[arg-type]  # fmt: skip
     args = (ctx,) if not wf.takes_input else (ctx, wf.parse_input(run["input"]))
@@ -76,6 +77,9 @@ def replay(app: Durably, history: dict[str, Any] | str) -> ReplayReport:
     try:
         replayer.drive()
         for rec in replayer.history.log:
+            if view.skips(rec, replayer._position):  # a resume's fresh budget
+                view.forget(rec.position)
+                continue
             replayer.deliver(rec, main.done())
         replayer.check_end(run["status"], main.done())
     finally:
@@ -98,6 +102,9 @@ class _Replayer:
         self.commands: dict[int, Command] = {}
         self._position = 0
         self._error: BaseException | None = None
+
+    def marker_pending(self, position: int) -> None:
+        """Nothing is recorded here: a new patch marker holds nothing back."""
 
     def _misuse(self, error: WorkflowMisuseError) -> None:
         self._error = self._error or error

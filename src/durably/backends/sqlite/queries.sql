@@ -624,9 +624,9 @@ RETURNING last_tick;
 -- Operating runs (§4.18): resume, fork, events, signal housekeeping, retention.
 
 -- name: resume_run
--- A failed or canceled run becomes due again as its next workflow attempt: replay keeps
--- what that attempt's history rule keeps (see `_replay.History`), with the same number of
--- workflow attempts still to spend. A deadline already passed no longer applies. A signal
+-- A failed or canceled run becomes due again as its next workflow attempt, listed in
+-- `resumes`: replay keeps everything the run received, failures only where the code needs
+-- them (see `_replay.History`), with the same number of workflow attempts still to spend. A deadline already passed no longer applies. A signal
 -- delivered to a wait that ended unrecorded (the run was canceled or failed first) goes back
 -- to the run's buffer, so the resumed run's wait receives it.
 INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, created_at)
@@ -641,6 +641,7 @@ WHERE run_id = :run_id AND kind = 'signal-wait' AND status <> 'completed'
               AND r.status IN ('failed', 'canceled') AND NOT r.compensating);
 UPDATE {schema}_runs SET
     status = 'pending', attempts = attempts + 1, max_attempts = max_attempts + attempts,
+        resumes = json_insert(resumes, '$[#]', attempts + 1),
     output = NULL, error = NULL, available_at = now(), finished_at = NULL,
     worker_id = NULL, lease_expires_at = NULL, wake_requested = 0,
     waiting_for = NULL, wake_at = NULL, compensating = 0,
@@ -715,6 +716,13 @@ LIMIT :batch;
 
 -- name: purge_consumed
 DELETE FROM {schema}_signals WHERE consumed_by IN (SELECT value FROM json_each(:ids))
+RETURNING id;
+
+-- name: purge_addressed
+-- Signals left in a purged run's own buffer (addressed to it, or put back by a resume):
+-- nothing can take them any more.
+DELETE FROM {schema}_signals
+WHERE run_id IN (SELECT value FROM json_each(:ids)) AND buffered AND consumed_at IS NULL
 RETURNING id;
 
 -- name: purge_runs
