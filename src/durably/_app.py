@@ -46,6 +46,8 @@ class WorkflowDecorator(Protocol):
     `async def f(ctx: WorkflowContext) -> Out` gives `Workflow[None, Out]`;
     `async def f(ctx: WorkflowContext, input: In) -> Out` gives `Workflow[In, Out]`;
     a sync workflow, `def f(ctx: SyncWorkflowContext, input: In) -> Out`, the same.
+    Annotate `ctx`: with `ctx: Any` a type checker cannot tell an async function from a
+    sync one, and the workflow is typed `Any`.
     """
 
     @overload
