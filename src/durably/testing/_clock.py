@@ -10,6 +10,7 @@ engine's SQL changes; a production database never sees this schema.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ class SkippingClock(Clock):
     def __init__(self) -> None:
         self.offset = 0.0
         self.waiters = 0  # callers inside `awaiting_result`
+        self._watchers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def time(self) -> float:
         """Seconds since the Unix epoch, skipped time included."""
@@ -38,13 +40,29 @@ class SkippingClock(Clock):
             raise ValueError("time only moves forward")
         self.offset += seconds
 
+    def next_waiter(self) -> asyncio.Future[None]:
+        """A future done when something next starts awaiting a run's result."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._watchers.append((loop, future))
+        return future
+
     @contextlib.contextmanager
     def awaiting_result(self) -> Iterator[None]:
         self.waiters += 1
+        watchers, self._watchers = self._watchers, []
+        for loop, future in watchers:  # `app.sync` awaits on a loop of its own
+            with contextlib.suppress(RuntimeError):  # that loop has closed
+                loop.call_soon_threadsafe(_resolve, future)
         try:
             yield
         finally:
             self.waiters -= 1
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def clock_schema(schema: str) -> str:
