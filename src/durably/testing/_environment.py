@@ -61,7 +61,7 @@ class Environment:
         self.clock = c.SkippingClock()
         self._saved: tuple[str, Clock] | None = None
         self._tmp: str | None = None
-        self._pg_url: str | None = None
+        self._pg_offset: c.PgOffset | None = None
         self._worker: Worker | None = None
         self._auto: asyncio.Task[None] | None = None
 
@@ -105,12 +105,14 @@ class Environment:
         if self.database == "sqlite":
             self._tmp = tempfile.mkdtemp(prefix="durably-test-")
             return f"sqlite:///{self._tmp}/durably.db"
-        self._pg_url = self.database
         schema = c.clock_schema(self.app.connector.schema)
         await c.install_pg_clock(self.database, schema)
+        self._pg_offset = c.PgOffset(self.database, schema)
         return c.with_search_path(self.database, schema)
 
     async def _restore(self) -> None:
+        if self._pg_offset is not None:
+            await self._pg_offset.close()
         await self.app.close()
         self._worker = None
         if self._saved is not None:
@@ -183,9 +185,8 @@ class Environment:
 
     async def _advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
-        if self._pg_url is not None:
-            schema = c.clock_schema(self.app.connector.schema)
-            await c.set_pg_offset(self._pg_url, schema, self.clock.offset)
+        if self._pg_offset is not None:
+            await self._pg_offset.set(self.clock.offset)
         self.worker._announce()  # look for due runs now, not at the old wake-up time
 
     async def _skip_automatically(self) -> None:
