@@ -148,7 +148,10 @@ async def gather_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> list[Any]:
                 out.append(await ctx.step.run(f"b{b}s{j}", awork, value, millis))
         return out
 
-    return await ctx.gather(*(branch(b, items) for b, items in enumerate(spec["branches"])))
+    # A variable, not `return await ...`: the return type as context makes mypy pick
+    # gather's overloads with Any (as it does for asyncio.gather).
+    results = await ctx.gather(*(branch(b, items) for b, items in enumerate(spec["branches"])))
+    return results
 
 
 @app.workflow(name="chaos-signals")

@@ -45,6 +45,7 @@ from ._queues import Queue
 from ._retry import RetryPolicy
 from ._steps import ChildHandle
 from ._sync import SyncDurably
+from ._syncsteps import SyncChildHandle, SyncStepApi, SyncWorkflowContext
 from ._worker import Worker
 from ._workflow import RunHandle, Workflow
 
@@ -76,7 +77,10 @@ __all__ = [
     "StepFailedError",
     "StepLimitExceeded",
     "StepTimeout",
+    "SyncChildHandle",
     "SyncDurably",
+    "SyncStepApi",
+    "SyncWorkflowContext",
     "Worker",
     "Workflow",
     "WorkflowContext",

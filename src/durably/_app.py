@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from ._context import WorkflowContext
+    from ._syncsteps import SyncWorkflowContext
 
 if TYPE_CHECKING:
     from ._sync import SyncDurably
@@ -42,10 +43,13 @@ Out = TypeVar("Out")
 
 
 class WorkflowDecorator(Protocol):
-    """What `app.workflow(...)` returns: it turns an async function into a typed workflow.
+    """What `app.workflow(...)` returns: it turns a function into a typed workflow.
 
     `async def f(ctx: WorkflowContext) -> Out` gives `Workflow[None, Out]`;
-    `async def f(ctx: WorkflowContext, input: In) -> Out` gives `Workflow[In, Out]`.
+    `async def f(ctx: WorkflowContext, input: In) -> Out` gives `Workflow[In, Out]`;
+    a sync workflow, `def f(ctx: SyncWorkflowContext, input: In) -> Out`, the same.
+    Annotate `ctx`: with `ctx: Any` a type checker cannot tell an async function from a
+    sync one, and the workflow is typed `Any`.
     """
 
     @overload
@@ -57,6 +61,12 @@ class WorkflowDecorator(Protocol):
     def __call__(
         self, fn: Callable[[WorkflowContext, In], Awaitable[Out]], /
     ) -> Workflow[In, Out]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[SyncWorkflowContext], Out], /) -> Workflow[None, Out]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[SyncWorkflowContext, In], Out], /) -> Workflow[In, Out]: ...
 
 
 class Durably(OperatingApi):
@@ -173,9 +183,10 @@ class Durably(OperatingApi):
         tz: str = "UTC",
         backfill: bool = False,
     ) -> WorkflowDecorator:
-        """Register an async function as workflow `(name, version)`.
+        """Register an async function (or a sync one) as workflow `(name, version)`.
 
-        Its first parameter receives a `WorkflowContext`; a second one, if declared,
+        Its first parameter receives a `WorkflowContext` (a plain `def`: a
+        `SyncWorkflowContext`, whose steps return their results); a second one, if declared,
         receives the input, validated against its annotation (pydantic). The result is a
         `Workflow[In, Out]` typed by those annotations.
 

@@ -6,10 +6,18 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 if TYPE_CHECKING:
     from ._steps import StepApi
+
+T = TypeVar("T")
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+T5 = TypeVar("T5")
+T6 = TypeVar("T6")
 
 
 class Fence(NamedTuple):
@@ -111,11 +119,68 @@ class WorkflowContext:
 
         return deprecate_patch(self.step, patch_id)
 
-    async def gather(self, *aws: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
-        """Await steps (or branches of steps) concurrently; their results in order."""
+    # Typed as `asyncio.gather` is: a tuple per position for up to six awaitables, a
+    # list of one type for more (the value is a list either way, as asyncio's is).
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], /, *, return_exceptions: Literal[False] = False
+    ) -> tuple[T1]: ...
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], /, *,
+        return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], /, *,
+        return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2, T3]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4], /, *,
+        return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2, T3, T4]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4],
+        a5: Awaitable[T5], /, *, return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2, T3, T4, T5]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4],
+        a5: Awaitable[T5], a6: Awaitable[T6], /, *, return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2, T3, T4, T5, T6]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, *aws: Awaitable[T], return_exceptions: Literal[False] = False
+    ) -> list[T]: ...
+
+    @overload
+    async def gather(
+        self, *aws: Awaitable[T], return_exceptions: Literal[True]
+    ) -> list[T | BaseException]: ...
+
+    async def gather(self, *aws: Awaitable[Any], return_exceptions: bool = False) -> Any:
+        """Await steps (or branches of steps) concurrently; their results in order.
+
+        Example:
+            ```python
+            sub, size = await ctx.gather(ctx.step.run("submit", submit, order),
+                                         ctx.step.run("measure", measure, order))
+            ```
+
+        Type checkers see a tuple with each awaitable's type for up to six of them and a
+        `list[T]` for more; at run time it is a list, as `asyncio.gather`'s is.
+        """
         return list(await asyncio.gather(*aws, return_exceptions=return_exceptions))
 
-    async def wait_first(self, *aws: Awaitable[Any]) -> tuple[int, Any]:
+    async def wait_first(self, *aws: Awaitable[T]) -> tuple[int, T]:
         """Wait for the first of `aws` to finish: (its index, its result).
 
         "First" is the first in the run's log, so a replay picks the same one. The others

@@ -47,6 +47,8 @@ from ._replay import History
 from ._runlog import Outcome, RunLog, Stop
 from ._steps import StepApi
 from ._store import Store
+from ._syncflow import SyncDriver
+from ._syncsteps import SyncStepApi, SyncWorkflowContext
 from .backends import Row
 
 if TYPE_CHECKING:
@@ -105,6 +107,7 @@ class Execution(RunLog, LiveWaits):
         self._compensated = self.history.compensations_done()
         self._home: asyncio.AbstractEventLoop | None = None
         self.steps = StepApi(self)
+        self._sync: SyncDriver | None = None
 
     @property
     def run_id(self) -> str:
@@ -284,6 +287,8 @@ class Execution(RunLog, LiveWaits):
                     cmd.timer.cancel()
             await self._end_lifecycles()
             self.loop.close()
+            if self._sync is not None:  # a sync workflow's thread waiting on a step unwinds
+                self._sync.close()
 
     async def _end_lifecycles(self) -> None:
         """No lifecycle outlives its execution: those still running (a body that ignores
@@ -496,11 +501,29 @@ class Execution(RunLog, LiveWaits):
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow
+        value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
+        if wf.sync:
+            return await self._call_sync_workflow(value)
         ctx = WorkflowContext(
             run_id=self.run_id, workflow=wf.name, version=wf.version,
-            attempt=self.row["attempts"], step=self.steps,
+            attempt=self.row["attempts"], step=self.steps, input=value,
         )  # fmt: skip
         if not wf.takes_input:
             return await wf.fn(ctx)
-        ctx.input = wf.parse_input(decode(self.row["input"]))
-        return await wf.fn(ctx, ctx.input)
+        return await wf.fn(ctx, value)
+
+    async def _call_sync_workflow(self, value: Any) -> Any:
+        """A plain `def` workflow: in a thread of its own, in lockstep (`_syncflow`)."""
+        wf = self.workflow
+        home = self._home_loop()
+        driver = SyncDriver(
+            wf.fn, (), f"durably-workflow-{self.run_id}",
+            lambda error: home.call_soon_threadsafe(self.poison, error),
+        )  # fmt: skip
+        ctx = SyncWorkflowContext(
+            self.run_id, wf.name, wf.version, self.row["attempts"],
+            SyncStepApi(self.steps, driver), value,
+        )  # fmt: skip
+        driver.args = (ctx, value) if wf.takes_input else (ctx,)
+        self._sync = driver
+        return await driver.main()

@@ -75,6 +75,7 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         # Done when `run()` has returned (a concurrent future: awaitable from any loop).
         self.ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._watchers: list[asyncio.Future[None]] = []  # see `next_change`
 
     # --------------------------------------------------------------- lifecycle
 
@@ -171,6 +172,20 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
+    def next_change(self) -> asyncio.Future[None]:
+        """A future done at this worker's next change of activity: a run it starts or
+        stops executing, or a round of claims that found nothing. `durably.testing` waits
+        on it to see the runs settle, instead of polling."""
+        future = asyncio.get_running_loop().create_future()
+        self._watchers.append(future)
+        return future
+
+    def _activity(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for future in watchers:
+            if not future.done():
+                future.set_result(None)
+
     # --------------------------------------------------------------- claiming
 
     def _pairs(self) -> list[tuple[str, str]]:
@@ -196,6 +211,8 @@ class Worker:
                     if len(rows) == free:
                         self._hint = True  # there may be more
                         continue
+                    if not rows:
+                        self._activity()
                     if not rows and not self.running:
                         next_at, db_now = await self._claimer.next_due()
                         if next_at is not None:
@@ -226,6 +243,7 @@ class Worker:
         self._claimer.started(run_id, row.get("queue"))
         self._lease_until[run_id] = asyncio.get_running_loop().time() + self.lease_s
         task.add_done_callback(lambda _: self._finished(run_id, task))
+        self._activity()
 
     def _finished(self, run_id: str, task: asyncio.Task[None]) -> None:
         if self.running.get(run_id, (None, None))[1] is task:
@@ -236,6 +254,7 @@ class Worker:
         if self._claimer.ended(run_id):
             self._hint = True  # a slot of a queue that has runs waiting for one
         self._wake.set()
+        self._activity()
 
     def _wake_at(self, delay: float | None) -> None:
         """A run parked for `delay` seconds: look for work again then."""

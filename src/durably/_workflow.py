@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -16,19 +16,20 @@ from ._models import Run
 from ._queues import Queue, check_unqueued
 from ._records import NewRun
 from ._retry import RetryPolicy
+from ._syncflow import is_sync_workflow
 
 if TYPE_CHECKING:
     from ._app import Durably
     from ._schedules import Schedule
 
-WorkflowFn = Callable[..., Awaitable[Any]]
+WorkflowFn = Callable[..., Any]  # async, or a plain `def` (a sync workflow)
 
 In = TypeVar("In", contravariant=True)
 Out = TypeVar("Out", covariant=True)
 
 
 class Workflow(Generic[In, Out]):
-    """A registered workflow: `(name, version)` and its async function.
+    """A registered workflow: `(name, version)` and its function (async, or sync).
 
     Created by `@app.workflow(...)`, which reads `In` and `Out` from the function's
     annotations: `async def f(ctx: WorkflowContext, order: Order) -> Done` makes a
@@ -40,8 +41,7 @@ class Workflow(Generic[In, Out]):
         self, app: Durably, fn: WorkflowFn, name: str, version: str, retry: RetryPolicy,
         queue: Queue | None = None, schedule: Schedule | None = None,
     ) -> None:  # fmt: skip
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"workflow {name!r} must be an `async def` function")
+        self.sync = is_sync_workflow(fn)  # a plain `def`: see `_syncflow`
         self.app = app
         self.fn = fn
         self.name = name

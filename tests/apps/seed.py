@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from pydantic import BaseModel
 
-from durably import Durably, RetryPolicy, StepContext
+from durably import Durably, RetryPolicy, StepContext, SyncWorkflowContext
 from tests.helpers import scaled
 
 URL = os.environ.get("DURABLY_DATABASE_URL", "sqlite:///durably.db")
@@ -137,6 +137,18 @@ async def acquire(ctx: Any, order: Order) -> dict[str, Any]:
     return {"sub": sub, "copied": copied, "signal": sig}
 
 
+@app.workflow(name="acquire-sync", version="v1")
+def acquire_sync(ctx: SyncWorkflowContext, order: Order) -> dict[str, Any]:
+    """`acquire` as a sync workflow (a plain `def`): the same steps, each call blocking."""
+    sub = ctx.step.run("submit-download", submit, order.id)
+    sig = ctx.step.wait_for_signal(f"download-done:{order.id}", timeout="1h")
+    copied = ctx.step.run("copy-file", copy, order.id)
+    ctx.step.transaction("register", register, order.id, copied["dest"], ctx.run_id)
+    ctx.step.sleep("retention", os.environ.get("RETENTION", "0.2s"))
+    ctx.step.run("cleanup", cleanup)
+    return {"sub": sub, "copied": copied, "signal": sig}
+
+
 @app.workflow(name="renamed", version="v1")
 async def renamed(ctx: Any) -> str:
     first = "first-renamed" if os.environ.get("RENAMED") else "first"
@@ -183,6 +195,13 @@ def long_sync(ctx: StepContext) -> None:
 async def slow(ctx: Any, mode: str) -> None:
     await ctx.step.run("long", long_async if mode == "async" else long_sync)
     await ctx.step.run("after-long", ledger)
+
+
+@app.workflow(name="slow-sync", version="v1")
+def slow_sync(ctx: SyncWorkflowContext, mode: str) -> None:
+    """`slow` as a sync workflow."""
+    ctx.step.run("long", long_async if mode == "async" else long_sync)
+    ctx.step.run("after-long", ledger)
 
 
 @app.workflow(name="sleeper", version="v1")

@@ -17,6 +17,7 @@ from durably import (
     RetryPolicy,
     RunFailedError,
     StepFailedError,
+    WorkflowContext,
     WorkflowNotFound,
 )
 from durably._errors import ConfigurationError
@@ -172,7 +173,7 @@ async def test_idempotent_start(db_url: str) -> None:
     app = Durably(db_url)
 
     @app.workflow(name="idem", version="v1")
-    async def wf(ctx: Any, order: Order) -> None:
+    async def wf(ctx: WorkflowContext, order: Order) -> None:
         return None
 
     async with app:
@@ -192,7 +193,7 @@ async def test_bad_input_writes_nothing(db_url: str) -> None:
     app = Durably(db_url, max_payload_bytes=1000)
 
     @app.workflow(name="strict", version="v1")
-    async def wf(ctx: Any, order: Order) -> None:
+    async def wf(ctx: WorkflowContext, order: Order) -> None:
         return None
 
     async with app:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from durably import Durably, NonDeterminismError, WorkflowContext
+from durably import Durably, NonDeterminismError, SyncWorkflowContext, WorkflowContext
 from durably.testing import Environment, replay
 
 
@@ -76,3 +76,29 @@ async def test_replay_of_a_run_in_progress_checks_what_is_recorded(sqlite_url: s
     assert not report.finished and report.results_replayed == 3
     with pytest.raises(NonDeterminismError):
         replay(build("rename"), history)
+
+
+def build_sync(change: str = "") -> Durably:
+    app = Durably()
+
+    @app.workflow(name="order", version="v1")
+    def order(ctx: SyncWorkflowContext, n: int) -> dict[str, Any]:
+        a = ctx.step.run("a", double, n)
+        b = ctx.step.run("b2" if change == "rename" else "b", double, a)
+        ctx.step.sleep("nap", "1 day")
+        return {"total": a + b}
+
+    return app
+
+
+async def test_replay_of_a_sync_workflow(sqlite_url: str) -> None:
+    app = build_sync()
+    async with Environment(app, auto_skip=True):
+        handle = await app.get_workflow("order").start(5)
+        assert await handle.result(timeout="20s") == {"total": 30}
+        run, steps = await app.get_run(handle.run_id), await app.list_steps(handle.run_id)
+    history = json.loads(json.dumps({"run": run.to_dict(), "steps": [s.to_dict() for s in steps]}))
+    report = replay(build_sync(), history)
+    assert report.finished and report.output == {"total": 30} and report.results_replayed == 3
+    with pytest.raises(NonDeterminismError, match=r"position 2: history has function step 'b'"):
+        replay(build_sync("rename"), history)

@@ -10,9 +10,11 @@ engine's SQL changes; a production database never sees this schema.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -27,6 +29,7 @@ class SkippingClock(Clock):
     def __init__(self) -> None:
         self.offset = 0.0
         self.waiters = 0  # callers inside `awaiting_result`
+        self._watchers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def time(self) -> float:
         """Seconds since the Unix epoch, skipped time included."""
@@ -38,13 +41,29 @@ class SkippingClock(Clock):
             raise ValueError("time only moves forward")
         self.offset += seconds
 
+    def next_waiter(self) -> asyncio.Future[None]:
+        """A future done when something next starts awaiting a run's result."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._watchers.append((loop, future))
+        return future
+
     @contextlib.contextmanager
     def awaiting_result(self) -> Iterator[None]:
         self.waiters += 1
+        watchers, self._watchers = self._watchers, []
+        for loop, future in watchers:  # `app.sync` awaits on a loop of its own
+            with contextlib.suppress(RuntimeError):  # that loop has closed
+                loop.call_soon_threadsafe(_resolve, future)
         try:
             yield
         finally:
             self.waiters -= 1
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def clock_schema(schema: str) -> str:
@@ -85,9 +104,22 @@ async def install_pg_clock(url: str, schema: str) -> None:
             await conn.execute(statement)
 
 
-async def set_pg_offset(url: str, schema: str, seconds: float) -> None:
-    """Make the skipping `now()` of schema `schema` run `seconds` ahead."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(
-            sql.SQL("UPDATE {}.skew SET seconds = %s").format(sql.Identifier(schema)), (seconds,)
-        )
+class PgOffset:
+    """Sets the skipping `now()`'s offset in PostgreSQL, on one connection kept open (a
+    test skips time thousands of times)."""
+
+    def __init__(self, url: str, schema: str) -> None:
+        self._url = url
+        self._update = sql.SQL("UPDATE {}.skew SET seconds = %s").format(sql.Identifier(schema))
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def set(self, seconds: float) -> None:
+        """Make the skipping `now()` run `seconds` ahead."""
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        await self._conn.execute(self._update, (seconds,))
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from .._app import Durably
     from .._worker import Worker
 
-_POLL_S = 0.01
+# The runs' progress wakes the environment (`Worker.next_change`); this poll only covers
+# what no event reports (e.g. a run made due by another process).
+_FALLBACK_S = 0.1
 
 
 class Environment:
@@ -59,7 +61,7 @@ class Environment:
         self.clock = c.SkippingClock()
         self._saved: tuple[str, Clock] | None = None
         self._tmp: str | None = None
-        self._pg_url: str | None = None
+        self._pg_offset: c.PgOffset | None = None
         self._worker: Worker | None = None
         self._auto: asyncio.Task[None] | None = None
 
@@ -103,12 +105,14 @@ class Environment:
         if self.database == "sqlite":
             self._tmp = tempfile.mkdtemp(prefix="durably-test-")
             return f"sqlite:///{self._tmp}/durably.db"
-        self._pg_url = self.database
         schema = c.clock_schema(self.app.connector.schema)
         await c.install_pg_clock(self.database, schema)
+        self._pg_offset = c.PgOffset(self.database, schema)
         return c.with_search_path(self.database, schema)
 
     async def _restore(self) -> None:
+        if self._pg_offset is not None:
+            await self._pg_offset.close()
         await self.app.close()
         self._worker = None
         if self._saved is not None:
@@ -148,21 +152,26 @@ class Environment:
         return jump
 
     async def wait_until_idle(self, timeout: Duration = "30s") -> datetime | None:
-        """Wait until no run is due or running; the time of the next timer, if any."""
+        """Wait until no run is due or running; the time of the next timer, if any.
+
+        Event-driven: the database is asked again each time the in-process worker starts
+        or stops executing a run, or finds nothing to claim (with a slow fallback poll).
+        """
         limit = parse_duration(timeout).total_seconds()
         deadline = time.monotonic() + limit
         while True:
+            change = self.worker.next_change()  # taken first: no change is missed
             # Twice in a row: a claim in flight shows as a running run, a run that just
             # parked as a held one; either makes the first look busy, not the second.
             idle, next_at = await self._idle()
             if idle:
-                await asyncio.sleep(_POLL_S)
                 idle, next_at = await self._idle()
                 if idle:
                     return next_at
-            if time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise TimeoutError(f"runs were still working after {limit:g}s")
-            await asyncio.sleep(_POLL_S)
+            await asyncio.wait([change], timeout=min(left, _FALLBACK_S))
 
     async def _idle(self) -> tuple[bool, datetime | None]:
         if self.worker.running:
@@ -176,16 +185,17 @@ class Environment:
 
     async def _advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
-        if self._pg_url is not None:
-            schema = c.clock_schema(self.app.connector.schema)
-            await c.set_pg_offset(self._pg_url, schema, self.clock.offset)
+        if self._pg_offset is not None:
+            await self._pg_offset.set(self.clock.offset)
         self.worker._announce()  # look for due runs now, not at the old wake-up time
 
     async def _skip_automatically(self) -> None:
         while True:
-            await asyncio.sleep(_POLL_S)
-            if not self.clock.waiters:
-                continue
-            idle, next_at = await self._idle()
-            if idle and next_at is not None and self.clock.waiters:
-                await self.skip_time(timeout="1h")
+            changes = [self.worker.next_change(), self.clock.next_waiter()]
+            if self.clock.waiters:
+                idle, next_at = await self._idle()
+                if idle and next_at is not None and self.clock.waiters:
+                    await self.skip_time(timeout="1h")
+                    continue
+            await asyncio.wait(changes, timeout=_FALLBACK_S,
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip

@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any
 from .._codec import encode, validate
 from .._commands import Command, error_for
 from .._context import WorkflowContext
-from .._errors import NonDeterminismError, WorkflowMisuseError
+from .._errors import NonDeterminismError
 from .._loop import WorkflowLoop
 from .._replay import History, Recorded
 from .._steps import StepApi
+from .._syncflow import SyncDriver
+from .._syncsteps import SyncStepApi, SyncWorkflowContext
 
 if TYPE_CHECKING:
     from .._app import Durably
+    from .._workflow import Workflow
 
 
 @dataclass(frozen=True)
@@ -70,10 +73,7 @@ def replay(app: Durably, history: dict[str, Any] | str) -> ReplayReport:
     wf = app.get_workflow(run["workflow"], run["version"])
     view = History(_entries(steps), run.get("attempts") or 1, run.get("resumes") or ())
     replayer = _Replayer(run["run_id"], view)
-    ctx = WorkflowContext(run_id=run["run_id"], workflow=wf.name, version=wf.version,
-                          attempt=run.get("attempts") or 1, step=StepApi(replayer))  # type: ignore[arg-type]  # fmt: skip
-    args = (ctx,) if not wf.takes_input else (ctx, wf.parse_input(run["input"]))
-    main = replayer.loop.create_task(wf.fn(*args))
+    main, driver = _start(wf, replayer, run)
     try:
         replayer.drive()
         for rec in replayer.history.log:
@@ -83,11 +83,32 @@ def replay(app: Durably, history: dict[str, Any] | str) -> ReplayReport:
             replayer.deliver(rec, main.done())
         replayer.check_end(run["status"], main.done())
     finally:
-        if not main.done():
+        if driver is not None:
+            driver.close()  # a sync workflow's thread still waiting on a step unwinds
+        elif not main.done():
             main.cancel()
             replayer.loop.run_until_blocked()
         replayer.loop.close()
     return _report(run, wf.name, wf.version, len(replayer.history.log), main)
+
+
+def _start(
+    wf: Workflow[Any, Any], replayer: _Replayer, run: dict[str, Any]
+) -> tuple[asyncio.Task[Any], SyncDriver | None]:
+    """The workflow's main task on the replayer's loop (and a sync workflow's driver)."""
+    steps = StepApi(replayer)  # type: ignore[arg-type]
+    value = wf.parse_input(run["input"]) if wf.takes_input else None
+    attempt = run.get("attempts") or 1
+    if wf.sync:
+        driver = SyncDriver(wf.fn, (), f"durably-replay-{run['run_id']}", replayer.poison)
+        sync_ctx = SyncWorkflowContext(run["run_id"], wf.name, wf.version, attempt,
+                                       SyncStepApi(steps, driver), value)  # fmt: skip
+        driver.args = (sync_ctx, value) if wf.takes_input else (sync_ctx,)
+        return replayer.loop.create_task(driver.main()), driver
+    ctx = WorkflowContext(run_id=run["run_id"], workflow=wf.name, version=wf.version,
+                          attempt=attempt, step=steps, input=value)  # fmt: skip
+    args = (ctx, value) if wf.takes_input else (ctx,)
+    return replayer.loop.create_task(wf.fn(*args)), None
 
 
 class _Replayer:
@@ -98,7 +119,7 @@ class _Replayer:
     def __init__(self, run_id: str, history: History) -> None:
         self.run_id = run_id
         self.history = history
-        self.loop = WorkflowLoop(self._misuse)  # type: ignore[abstract]  # I/O is refused
+        self.loop = WorkflowLoop(self.poison)  # type: ignore[abstract]  # I/O is refused
         self.commands: dict[int, Command] = {}
         self._position = 0
         self._error: BaseException | None = None
@@ -106,7 +127,8 @@ class _Replayer:
     def marker_pending(self, position: int) -> None:
         """Nothing is recorded here: a new patch marker holds nothing back."""
 
-    def _misuse(self, error: WorkflowMisuseError) -> None:
+    def poison(self, error: BaseException) -> None:
+        """The code did what cannot be replayed (the engine's `Execution.poison`)."""
         self._error = self._error or error
 
     def issue(self, make: Callable[[int], Command], name: str, kind: str) -> Command:
