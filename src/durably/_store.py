@@ -175,7 +175,7 @@ class Store(RunEnds):
             run_id=run_id, channel=self.channel, token=uuid.uuid4().hex,
         )  # fmt: skip
         delivered = sorted({r["run_id"] for r in rows})
-        await tx.fetch(
+        await tx.send(
             "insert_signal", namespace=self.namespace, name=name, data=data_json,
             idempotency_key=idempotency_key, run_id=run_id,
             delivered_to=encode(delivered, "delivered_to"), buffered=not delivered,
@@ -392,7 +392,7 @@ class Store(RunEnds):
         """
         output: str | None = None
         try:
-            async with self.db.transaction() as tx:
+            async with self.db.transaction(pipelined=False) as tx:  # the body's connection
                 await self.check_lease(tx, lease)
                 try:
                     result = fn(tx.connection, *args)
@@ -427,7 +427,7 @@ class Store(RunEnds):
 
     async def lock_signal(self, tx: Tx, name: str) -> None:
         """Serialize with every send and wait on `name` until `tx` ends."""
-        await tx.fetch("lock_signal", namespace=self.namespace, name=name)
+        await tx.send("lock_signal", namespace=self.namespace, name=name)
 
     async def take_signal(self, tx: Tx, name: str, run_id: str) -> Row | None:
         await self.lock_signal(tx, name)

@@ -7,6 +7,7 @@ result), and a run with nothing but waits left parks on them.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -41,11 +42,20 @@ async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
 async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: float | None) -> None:
     rec = cmd.recorded
     if rec is not None and rec.waiting:
-        delivered = rec.delivered
+        delivered, data = rec.delivered, rec.output
         if not delivered and cmd.poked:  # a signal may have arrived while we ran
             row = await x.store.get_attempt(x.run_id, cmd.position, rec.attempt)
             delivered = row is not None and row["delivered_at"] is not None
-        if delivered or (rec.wake_at is not None and rec.wake_at <= x.now()):
+            data = decode(row["output"]) if row is not None and delivered else None
+        if delivered:
+            # A send fills only a wait that has no signal yet, so what was delivered is
+            # final: the wait ends as an ordinary record (group-committed with the others,
+            # and with the run's end when that comes first), not in a transaction of its own.
+            await x.settle(cmd, PendingStep(
+                cmd.position, rec.attempt, cmd.name, cmd.kind, "completed",
+                output_json=json.dumps(data),  # as stored: valid, within limits
+            ), value=data)  # fmt: skip
+        elif rec.wake_at is not None and rec.wake_at <= x.now():
             await _resolve_wait(x, cmd, rec.attempt, signal)
         else:
             cmd.wait = Wait(rec.wake_at, f"signal:{signal}", attempt=rec.attempt)

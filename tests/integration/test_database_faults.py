@@ -198,7 +198,7 @@ async def test_a_deadlock_in_a_transaction_is_unavailable_and_rolled_back(pg_url
     async def lock_both(me: int) -> None:
         order = ["a", "b"] if me == 0 else ["b", "a"]
         try:
-            async with app.store.db.transaction() as tx:
+            async with app.store.db.transaction(pipelined=False) as tx:  # as a step body gets it
                 conn = tx.connection
                 await conn.execute("UPDATE biz.library SET k = k WHERE k = %s", (order[0],))
                 first_locked[me].set()

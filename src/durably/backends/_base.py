@@ -24,6 +24,11 @@ class Tx(Protocol):
     async def fetch(self, query: str, **params: Any) -> list[Row]:
         """Run a named query; the rows it returns."""
 
+    async def send(self, query: str, **params: Any) -> None:
+        """Run a named query whose rows are not needed. In a pipelined transaction it goes
+        to the server with the next statement that needs an answer (or the commit), and
+        its error is raised there."""
+
 
 class Connector(Protocol):
     """A database the engine can run named queries on."""
@@ -43,8 +48,16 @@ class Connector(Protocol):
     async def fetch(self, query: str, **params: Any) -> list[Row]:
         """Run a named query in a transaction of its own."""
 
-    def transaction(self, external: Any = None) -> AbstractAsyncContextManager[Tx]:
-        """A transaction; inside the caller's own when `external` is their connection."""
+    def transaction(
+        self, external: Any = None, *, pipelined: bool = True
+    ) -> AbstractAsyncContextManager[Tx]:
+        """A transaction; inside the caller's own when `external` is their connection.
+
+        The engine's own transactions are pipelined where the driver can: BEGIN goes with
+        the first statement, and statements sent with `Tx.send` go with the next one, so
+        a transaction costs a round trip per answer it waits for, plus the commit. A
+        transaction that hands its connection to user code is not (`pipelined=False`).
+        """
 
     async def listen(self, on_message: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
         """Deliver wake-up messages to `on_message` until the returned stop is awaited."""

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, LiteralString, NoReturn
 
 import psycopg
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
@@ -106,11 +106,16 @@ class PgTx:
     """A transaction on one connection (ours, or the caller's)."""
 
     def __init__(
-        self, conn: Any, queries: dict[str, list[LiteralString]], external: bool = False
+        self,
+        conn: Any,
+        queries: dict[str, list[LiteralString]],
+        external: bool = False,
+        pipeline: psycopg.AsyncPipeline | None = None,
     ) -> None:
         self._conn = conn
         self._queries = queries
         self._external = external
+        self._pipeline = pipeline
 
     @property
     def connection(self) -> Any:
@@ -127,6 +132,13 @@ class PgTx:
                 f"PostgreSQL did not answer within {STATEMENT_S:g} s ({query})"
             ) from exc
 
+    async def send(self, query: str, **params: Any) -> None:
+        if self._pipeline is None:
+            await self.fetch(query, **params)
+            return
+        for statement in self._queries[query]:  # queued: nothing waits for the server
+            await self._conn.cursor().execute(statement, params)
+
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = []
         for statement in self._queries[query]:
@@ -136,6 +148,8 @@ class PgTx:
             result = cur.execute(statement, params)
             if isinstance(self._conn, psycopg.AsyncConnection):
                 await result
+                if self._pipeline is not None:  # what was queued goes now, with this
+                    await self._pipeline.sync()
                 if cur.description is not None:
                     rows = await cur.fetchall()
             elif cur.description is not None:
@@ -143,6 +157,23 @@ class PgTx:
                 # from the facade's own thread, never from a worker's event loop.
                 rows = cur.fetchall()
         return rows
+
+
+@contextlib.asynccontextmanager
+async def _pipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycopg.AsyncPipeline]:
+    """A transaction in pipeline mode whose BEGIN goes with the first statement and whose
+    COMMIT is its one round trip of its own. (psycopg's `transaction()` syncs the pipeline
+    on the way in and three times on the way out.)"""
+    try:
+        async with conn.pipeline() as pipeline:
+            await conn.execute("BEGIN")
+            yield pipeline
+            await conn.execute("COMMIT")  # sent, and its answer read, as the pipeline ends
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute("ROLLBACK")
+        raise
 
 
 class PostgresConnector:
@@ -246,14 +277,21 @@ class PostgresConnector:
         return applied
 
     @contextlib.asynccontextmanager
-    async def transaction(self, external: Any = None) -> AsyncIterator[PgTx]:
+    async def transaction(
+        self, external: Any = None, *, pipelined: bool = True
+    ) -> AsyncIterator[PgTx]:
         if external is not None:
             yield PgTx(external, await self._ensure_queries(), external=True)
             return
         pool = await self._ensure_pool()
         try:
-            async with pool.connection() as conn, conn.transaction():
-                yield PgTx(conn, self._queries)
+            async with pool.connection() as conn:
+                if pipelined:
+                    async with _pipelined(conn) as pipeline:
+                        yield PgTx(conn, self._queries, pipeline=pipeline)
+                else:
+                    async with conn.transaction():
+                        yield PgTx(conn, self._queries)
         except psycopg.Error as exc:  # the engine's statements, the commit, or the body's
             _raise_classified(exc)
 

@@ -100,6 +100,9 @@ class SqliteTx:
         args = _params(params)
         return list(await self._run(lambda: _execute(self._conn, statements, args)))
 
+    async def send(self, query: str, **params: Any) -> None:
+        await self.fetch(query, **params)
+
 
 def _execute(conn: sqlite3.Connection, statements: list[str], args: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
@@ -236,7 +239,9 @@ class SqliteConnector:
             )
 
     @contextlib.asynccontextmanager
-    async def transaction(self, external: Any = None) -> AsyncIterator[SqliteTx]:
+    async def transaction(
+        self, external: Any = None, *, pipelined: bool = True
+    ) -> AsyncIterator[SqliteTx]:
         if external is not None:
             self.prepare(external)
 
