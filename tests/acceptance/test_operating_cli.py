@@ -83,3 +83,5 @@ def test_show_prefix_signals_and_purge(procs: Procs) -> None:
     assert [r["run_id"] for r in procs.json("runs", **env)] == ["abcdef01232"]
     resumed = procs.cli("resume", "abcdef01232", check=False, **env)
     assert resumed.returncode == 2 and "pending" in resumed.stderr
+    by_prefix = procs.cli("resume", "abcdef0123", check=False, **env)  # unique once purged
+    assert by_prefix.returncode == 2 and "run abcdef01232 is pending" in by_prefix.stderr

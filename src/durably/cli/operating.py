@@ -30,18 +30,26 @@ def _print_run(doc: dict[str, Any], json_out: bool, what: str) -> None:
 
 def resume(
     ctx: typer.Context,
-    run_id: str = typer.Argument(..., help="a failed or canceled run"),
+    run_id: str = typer.Argument(
+        ..., help="a failed or canceled run: its id, or a unique prefix of 8+ characters"
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Continue a failed or canceled run from its last completed step; prints the run."""
     durably = options(ctx).load()
-    r = run(durably.resume(run_id), durably)
+
+    async def go() -> Any:
+        return await durably.resume(await durably.run_id_from_prefix(run_id))
+
+    r = run(go(), durably)
     _print_run(r.to_dict(), json_out, "resumed")
 
 
 def fork(
     ctx: typer.Context,
-    run_id: str = typer.Argument(..., help="the run to copy"),
+    run_id: str = typer.Argument(
+        ..., help="the run to copy: its id, or a unique prefix of 8+ characters"
+    ),
     from_position: int = typer.Option(
         ...,
         "--from",
@@ -55,7 +63,8 @@ def fork(
     durably = options(ctx).load()
 
     async def go() -> Any:
-        handle = await durably.fork(run_id, from_position=from_position, version=version)
+        found = await durably.run_id_from_prefix(run_id)
+        handle = await durably.fork(found, from_position=from_position, version=version)
         return handle.run or await handle.get()
 
     r = run(go(), durably)
