@@ -186,9 +186,10 @@ class StepApi:
 
     def send_signal(
         self, signal: str, data: Any = None, *, idempotency_key: str | None = None,
-        run_id: str | None = None, name: str | None = None,
+        run_id: str | None = None, name: str | None = None, expires: Duration | None = None,
     ) -> StepCall[dict[str, Any]]:  # fmt: skip
-        """Send a signal once, as a recorded step; the §4.3 result."""
+        """Send a signal once, as a recorded step; the §4.3 result. A buffered signal past
+        `expires` is never delivered (as `Durably.send_signal`)."""
         data_json = encode(data, f"the data of signal {signal!r}", self._x.max_payload)
         lifecycle = functools.partial(
             w.run_send_signal,
@@ -196,6 +197,7 @@ class StepApi:
             data_json=data_json,
             key=idempotency_key,
             run_id=run_id,
+            expires_s=parse_duration(expires).total_seconds() if expires is not None else None,
         )
         return StepCall(self._issue(name or f"send:{signal}", "signal-send", lifecycle))
 

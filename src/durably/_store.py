@@ -352,11 +352,12 @@ class Store(RunEnds):
     async def send_signal_step(
         self, lease: Lease, position: int, attempt: int, step: str, seq: int, signal: str,
         data_json: str, key: str | None, run_id: str | None, encode_result: Any,
+        expires_s: float | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Send a signal and record the sending step (log entry `seq`) in one transaction."""
         async with self.db.transaction() as tx:
             await self.check_lease(tx, lease)
-            result = await self.send_signal_in(tx, signal, data_json, key, run_id)
+            result = await self.send_signal_in(tx, signal, data_json, key, run_id, expires_s)
             await self.record_finish(lease, PendingStep(
                 position, attempt, step, "signal-send", "completed",
                 output_json=encode_result(result), seq=seq,

@@ -138,12 +138,17 @@ class SyncStepApi:
 
     def send_signal(
         self, signal: str, data: Any = None, *, idempotency_key: str | None = None,
-        run_id: str | None = None, name: str | None = None,
+        run_id: str | None = None, name: str | None = None, expires: Duration | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Send a signal once, as a recorded step; the §4.3 result."""
         return self._call(
             lambda: self._steps.send_signal(
-                signal, data, idempotency_key=idempotency_key, run_id=run_id, name=name
+                signal,
+                data,
+                idempotency_key=idempotency_key,
+                run_id=run_id,
+                name=name,
+                expires=expires,
             ),
             "ctx.step.send_signal",
         )

@@ -105,14 +105,20 @@ async def _resolve_wait(
 
 
 async def run_send_signal(
-    x: Execution, cmd: Command, signal: str, data_json: str, key: str | None, run_id: str | None
+    x: Execution,
+    cmd: Command,
+    signal: str,
+    data_json: str,
+    key: str | None,
+    run_id: str | None,
+    expires_s: float | None = None,
 ) -> None:
     attempt = x.new_attempt(cmd.position)
     seq = x.reserve()
     try:
         result = await x.store.send_signal_step(
             x.lease, cmd.position, attempt, cmd.name, seq, signal, data_json, key, run_id,
-            lambda value: x.encode(value, "a signal result"),
+            lambda value: x.encode(value, "a signal result"), expires_s,
         )  # fmt: skip
     except Exception as exc:
         x.unreserve(seq)

@@ -80,3 +80,23 @@ async def test_list_delete_and_expire_buffered_signals(db_url: str) -> None:
         consumed = await app.list_signals(name="kept", pending=False)
         assert consumed[0]["consumed_by"] == got.run_id
         assert await app.list_signals() == []
+
+
+async def test_a_signal_sent_by_a_step_expires_too(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="sender", version="v1")
+    async def sender(ctx: Any) -> None:
+        await ctx.step.send_signal("soon-stale", 1, expires="1ms")
+        await ctx.step.send_signal("lasting", 2, expires="1 day")
+
+    @app.workflow(name="waiter", version="v1")
+    async def waiter(ctx: Any, topic: str) -> Any:
+        return await ctx.step.wait_for_signal(topic, timeout=duration(1))
+
+    async with app, app.worker():
+        await (await sender.start()).result(timeout=scaled(10))
+        [lasting] = await app.list_signals()  # the expired one is no longer pending
+        assert lasting["name"] == "lasting" and lasting["expires_at"] is not None
+        stale = await waiter.start("soon-stale")
+        assert await stale.result(timeout=scaled(10)) is None  # expired: never delivered
