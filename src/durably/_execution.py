@@ -285,10 +285,12 @@ class Execution(RunLog, LiveWaits):
             for cmd in self.commands.values():  # a parked run holds no timer (nor memory)
                 if cmd.timer is not None:
                     cmd.timer.cancel()
-            await self._end_lifecycles()
-            self.loop.close()
-            if self._sync is not None:  # a sync workflow's thread waiting on a step unwinds
-                self._sync.close()
+            try:
+                await self._end_lifecycles()
+            finally:  # even if cancelled again: no workflow thread is left waiting
+                self.loop.close()
+                if self._sync is not None:  # a sync workflow's thread on a step unwinds
+                    self._sync.close()
 
     async def _end_lifecycles(self) -> None:
         """No lifecycle outlives its execution: those still running (a body that ignores

@@ -237,7 +237,10 @@ class Claimer:
                 rows += got
                 continue
             per_key = self.app.queues[source].per_key is not None
-            got = await self.queues.claim(source, self.worker_id, queued[source], want,
+            # Every pair served, not only those of the queue's workflows today: a run keeps
+            # the queue it was started in, and a workflow moved to another queue (or to
+            # none) while this one is still declared leaves its runs here.
+            got = await self.queues.claim(source, self.worker_id, self._pairs(), want,
                                           self.lease_s, per_key)  # fmt: skip
             rows += got
             if 0 < len(got) < want:
@@ -245,7 +248,7 @@ class Claimer:
             else:  # all it was asked for, or nothing: none left due (or taken elsewhere)
                 self._saturated.discard(source)
             if len(got) < want and self.app.queues[source].rate is not None:
-                await self._rate_wait(source, queued[source])
+                await self._rate_wait(source, self._pairs())
         return rows
 
     async def _rate_wait(self, queue: str, pairs: list[tuple[str, str]]) -> None:
@@ -259,8 +262,8 @@ class Claimer:
         next_at, db_now = await self.app.store.next_due(self._pairs())
         # Unqueued runs (or a lapsed queue's) will be due: the next claim looks for them.
         self._unqueued_gave |= next_at is not None
-        for queue, pairs in self._queued().items():
-            at, _ = await self.queues.next_at(queue, pairs)
+        for queue in self._queued():
+            at, _ = await self.queues.next_at(queue, self._pairs())
             if at is not None and (next_at is None or at < next_at):
                 next_at = at
         return next_at, db_now

@@ -53,7 +53,7 @@ async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: floa
             # and with the run's end when that comes first), not in a transaction of its own.
             await x.settle(cmd, PendingStep(
                 cmd.position, rec.attempt, cmd.name, cmd.kind, "completed",
-                output_json=json.dumps(data),  # as stored: valid, within limits
+                output_json=json.dumps(data, ensure_ascii=False),  # valid, and within limits
             ), value=data)  # fmt: skip
         elif rec.wake_at is not None and rec.wake_at <= x.now():
             await _resolve_wait(x, cmd, rec.attempt, signal)

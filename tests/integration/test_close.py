@@ -102,3 +102,27 @@ async def test_close_stops_a_worker_still_running_with_a_bounded_drain(db_url: s
         done, left = await other.get_run(a.run_id), await other.get_run(b.run_id)
     assert done.status == "completed" and done.output == "done"
     assert left.status == "pending" and left.worker_id is None  # released: claimable now
+
+
+async def test_close_after_a_worker_that_would_not_stop_raises_nothing(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by review: the first close() cancelled the worker's `ended` future when its
+    # wait timed out, and every later close() raised CancelledError.
+    import concurrent.futures
+
+    class Stuck:  # a worker whose loop never gets to its end
+        worker_id, stop_within = "stuck", 0.05
+        ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def stop(self) -> None:
+            pass
+
+    app = Durably(db_url)
+    await app.open()
+    stuck = Stuck()
+    app.workers_running.add(stuck)  # type: ignore[arg-type]
+    await app.close()
+    await app.close()
+    assert not stuck.ended.cancelled()
+    assert sum("did not stop" in r.getMessage() for r in caplog.records) == 2

@@ -258,3 +258,32 @@ async def test_next_due_counts_the_runs_of_a_queue_no_worker_declares(db_url: st
         claimer = Claimer(new, "w", 30.0)
         assert (await claimer.next_due())[0] == at
         assert claimer._unqueued_gave  # every workflow of `new` is queued: look anyway
+
+
+async def test_a_workflow_moved_to_another_queue_leaves_no_run_behind(db_url: str) -> None:
+    # Found by review: `ship` moved from "slow" to "fast" while `bill` keeps "slow"
+    # declared; the runs `ship` started in "slow" matched neither claim.
+    def deploy(ship_queue: str | None) -> tuple[Durably, Any, Any]:
+        app = Durably(db_url)
+        slow = app.queue("slow", concurrency=1)
+        moved = app.queue(ship_queue, concurrency=1) if ship_queue else None
+
+        @app.workflow(name="bill", version="v1", queue=slow)
+        async def bill(ctx: Any, k: int) -> int:
+            return k
+
+        @app.workflow(name="ship", version="v1", queue=moved if ship_queue else None)
+        async def ship(ctx: Any, k: int) -> int:
+            return k
+
+        return app, bill, ship
+
+    old, _, old_ship = deploy("slow")
+    async with old:
+        started = [await old_ship.start(k) for k in range(2)]  # both in "slow"
+    for ship_queue in ("fast", None):
+        new, bill, _ = deploy(ship_queue)
+        async with new, new.worker():
+            assert await (await bill.start(9)).result(timeout=scaled(10)) == 9
+            handle = new.handle(started.pop().run_id)
+            assert await handle.result(timeout=scaled(10)) in (0, 1)
