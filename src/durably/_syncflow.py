@@ -24,13 +24,18 @@ The thread unwinds on its own (as an abandoned coroutine is closed), touching no
 from __future__ import annotations
 
 import inspect
+import logging
+import sys
 import threading
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._errors import WorkflowMisuseError
 
 T = TypeVar("T")
+log = logging.getLogger("durably.worker")
+BLOCKED_S = 2.0  # workflow code running this long between two steps is reported
 Outcome = tuple[Any, BaseException | None]
 
 
@@ -64,7 +69,7 @@ class SyncDriver:
         """The run's main task on the workflow loop: serve the thread's step calls."""
         self._thread = threading.Thread(target=self._body, name=self._name, daemon=True)
         self._thread.start()
-        self._to_loop.acquire()
+        self._turn_back()
         while self._request is not None:
             request, self._request = self._request, None
             try:
@@ -72,11 +77,24 @@ class SyncDriver:
             except BaseException as exc:  # the workflow code's to handle, in its thread
                 self._reply = (None, exc)
             self._to_thread.release()
-            self._to_loop.acquire()
+            self._turn_back()
         value, error = self._done
         if error is not None:
             raise error
         return value
+
+    def _turn_back(self) -> None:
+        """Wait (blocking the worker's loop) for the workflow code to call a step or end;
+        if it takes long, say where it is (the loop's own watchdog would show only this
+        wait)."""
+        waited = 0.0
+        while not self._to_loop.acquire(timeout=BLOCKED_S):
+            waited += BLOCKED_S
+            frame = sys._current_frames().get(self._thread.ident or -1) if self._thread else None
+            where = "".join(traceback.format_stack(frame, limit=4)) if frame else "?"
+            log.warning("%s: sync workflow code has run for %.0fs without calling a step, and "
+                        "the worker's loop waits for it (do slow work in steps). It is at:\n%s",
+                        self._name, waited, where)  # fmt: skip
 
     def close(self) -> None:
         """The execution ended: a thread waiting on a step unwinds (`WorkflowDetached`)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -208,3 +209,42 @@ async def test_cancel_stops_a_sync_workflow_in_a_running_step(db_url: str) -> No
     assert run.status == "canceled"
     assert steps == [("long", "canceled")]
     assert seen == ["cancelled", "unwound"]
+
+
+async def test_sync_workflow_code_that_blocks_is_reported_where_it_is(
+    db_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's loop waits for sync workflow code between two steps (as for async
+    # code between two awaits); code that blocks there is named, not the loop's wait.
+    from durably import _syncflow
+
+    monkeypatch.setattr(_syncflow, "BLOCKED_S", 0.05)
+    app = Durably(db_url)
+    release = threading.Event()
+
+    def one() -> int:
+        return 1
+
+    @app.workflow(name="blocking", version="v1")
+    def blocking(ctx: SyncWorkflowContext) -> int:
+        first = ctx.step.run("one", one)
+        release.wait(scaled(10))  # workflow code that blocks (it should be a step)
+        return first
+
+    seen: list[bool] = []
+
+    def release_once_reported() -> None:
+        # A thread of its own: the loop this test runs on is the one being blocked.
+        deadline = time.monotonic() + scaled(10)
+        while time.monotonic() < deadline and not seen:
+            seen.extend(True for r in caplog.records if "release.wait" in r.getMessage())
+            time.sleep(0.01)
+        release.set()
+
+    async with app, app.worker():
+        handle = await blocking.start()
+        watcher = threading.Thread(target=release_once_reported)
+        watcher.start()
+        assert await handle.result(timeout=scaled(10)) == 1
+        watcher.join()
+    assert seen, "the blocked workflow code was not reported"
