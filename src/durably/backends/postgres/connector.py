@@ -137,7 +137,7 @@ class PgTx:
             await self.fetch(query, **params)
             return
         for statement in self._queries[query]:  # queued: nothing waits for the server
-            await self._conn.cursor().execute(statement, params)
+            await self._conn.cursor().execute(statement, params, prepare=True)
 
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = []
@@ -145,7 +145,10 @@ class PgTx:
             cur = self._conn.cursor(row_factory=dict_row)
             if self._external:  # the caller's connection: leave its own loaders alone
                 set_json_loads(_json_as_text, cur)
-            result = cur.execute(statement, params)
+            # The engine's statements are few and run all the time: prepared on first use
+            # (parsing and planning them again took most of their server time); the
+            # caller's connection keeps psycopg's own rule.
+            result = cur.execute(statement, params, prepare=None if self._external else True)
             if isinstance(self._conn, psycopg.AsyncConnection):
                 await result
                 if self._pipeline is not None:  # what was queued goes now, with this
