@@ -1,0 +1,80 @@
+"""`uv run python -m bench.cpu --database URL [--runs 3000] [--concurrency 50]`
+
+CPU time per run of a throughput drain, in the worker (this process) and in the
+PostgreSQL backends serving it (read from /proc, so the server must run on this machine).
+On a machine whose speed drifts, runs per second of one code can vary by 30% within
+minutes; CPU per run varies less, so compare two versions by this, alternating them
+(A B A B). The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+
+import psycopg
+
+from .scenarios import _Completed, make_app, reset
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _backends_cpu(pids: set[int]) -> float:
+    """User and system seconds used so far by the processes `pids` (gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICKS
+
+
+async def drain(url: str, runs: int, concurrency: int) -> dict[str, float]:
+    await reset(url)
+    app = make_app(url)
+    query = (
+        "SELECT pid FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    async with app, await psycopg.AsyncConnection.connect(url, autocommit=True) as monitor:
+
+        async def backends() -> set[int]:
+            return {row[0] for row in await (await monitor.execute(query)).fetchall()}
+
+        for k in range(runs):
+            await app.start("bench", k)
+        async with app.worker(concurrency=concurrency), _Completed(app) as completed:
+            await asyncio.sleep(0.3)  # the pool's connections opened, the first claims made
+            pids = await backends()
+            pg0, py0, t0 = _backends_cpu(pids), time.process_time(), time.perf_counter()
+            first = await completed()
+            while (done := await completed()) < runs:
+                await asyncio.sleep(0.05)
+                pids |= await backends()
+            pg1, py1, t1 = _backends_cpu(pids), time.process_time(), time.perf_counter()
+    n = done - first
+    return {
+        "runs": n,
+        "worker_ms_per_run": round(1000 * (py1 - py0) / n, 3),
+        "postgres_ms_per_run": round(1000 * (pg1 - pg0) / n, 3),
+        "runs_per_s": round(n / (t1 - t0), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu")
+    parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--runs", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(drain(args.database, args.runs, args.concurrency))))
+
+
+if __name__ == "__main__":
+    main()
