@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 from . import _retention
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
-from ._execution import SETTLE_S, Execution
+from ._execution import Execution
+from ._lifecycles import SETTLE_S
 from ._queues import Claimer, Queue, QueueClaims
 from ._recorder import StepRecorder
 from ._runlog import Stop

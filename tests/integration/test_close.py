@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from durably import Durably, _execution
+from durably import Durably, _lifecycles
 from tests.helpers import eventually, scaled
 
 
@@ -29,7 +29,7 @@ def _engine_tasks() -> list[asyncio.Task[Any]]:
 async def test_close_while_a_body_ignores_cancellation(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(_execution, "SETTLE_S", 0.3)
+    monkeypatch.setattr(_lifecycles, "SETTLE_S", 0.3)
     app = Durably(sqlite_url)
     started = asyncio.Event()
     release = asyncio.Event()
