@@ -416,11 +416,16 @@ WHERE parent_run_id = :run_id AND parent_close = 'cancel'
 -- run, its live descendants that end with it, and its parent, locked in id order, the one
 -- order every statement that locks several run rows follows (heartbeat, finish_run,
 -- finish_many): a cancel and the end of a run of its tree never deadlock.
+-- The children of each run of the tree are read through runs_parent, one lookup per run
+-- (a LATERAL kept as a subquery by OFFSET 0): a join the planner may choose instead read
+-- all of runs (600 ms at 1M rows) when its statistics were stale.
 WITH RECURSIVE tree AS (
     SELECT id, parent_run_id FROM {schema}.runs WHERE id = :run_id
     UNION ALL
-    SELECT c.id, c.parent_run_id FROM {schema}.runs c JOIN tree ON c.parent_run_id = tree.id
-    WHERE c.parent_close = 'cancel'
+    SELECT c.id, c.parent_run_id FROM tree CROSS JOIN LATERAL (
+        SELECT r.id, r.parent_run_id FROM {schema}.runs r
+        WHERE r.parent_run_id = tree.id AND r.parent_close = 'cancel' OFFSET 0
+    ) c
 )
 SELECT r.id, r.status FROM {schema}.runs r
 WHERE r.id IN (SELECT id FROM tree UNION ALL SELECT parent_run_id FROM tree WHERE id = :run_id)
@@ -434,11 +439,13 @@ FOR NO KEY UPDATE;
 -- finished (a completed record replaces `canceled`), compensates and ends it. Any other
 -- run becomes claimable for its compensations if it has any. Running attempts of both
 -- are canceled here.
-WITH RECURSIVE tree AS (
+WITH RECURSIVE tree AS (  -- read as in lock_tree
     SELECT id FROM {schema}.runs WHERE id = :run_id
     UNION ALL
-    SELECT c.id FROM {schema}.runs c JOIN tree ON c.parent_run_id = tree.id
-    WHERE c.parent_close = 'cancel'
+    SELECT c.id FROM tree CROSS JOIN LATERAL (
+        SELECT r.id FROM {schema}.runs r
+        WHERE r.parent_run_id = tree.id AND r.parent_close = 'cancel' OFFSET 0
+    ) c
 ), canceled AS (
     UPDATE {schema}.runs r SET
         status = 'canceled', error = CAST(:error AS jsonb), updated_at = now(),
