@@ -157,6 +157,11 @@ class DatabaseUnavailable(DurablyError):
     """The database could not be reached."""
 
 
+class DatabaseConflict(DatabaseUnavailable):
+    """The database aborted a transaction as a deadlock or serialization failure: nothing
+    of it was written, and running it again may succeed."""
+
+
 class NonRetryableError(Exception):
     """Raise from a step body to fail the step without further attempts."""
 

@@ -113,3 +113,28 @@ async def test_cancels_of_parents_while_children_end_never_deadlock(pg_url: str)
             failures = [r for r in results if isinstance(r, BaseException)
                         and not isinstance(r, LeaseLostError)]  # fmt: skip
             assert failures == []
+
+
+async def test_a_cancel_that_loses_a_deadlock_is_run_again(pg_url: str) -> None:
+    """Another session locks the tree's rows in the other order (as a writer that does not
+    follow the rule might): PostgreSQL aborts the cancel, which waited first; the cancel is
+    run again and goes through, instead of failing back to its caller."""
+    app, parent = _family(pg_url)
+    async with app:
+        await parent.start()
+        async with app.worker(concurrency=2):
+            await eventually(lambda: _all_wait(app), what="parent and child to wait")
+        runs = sorted(await app.list_runs(), key=lambda r: r.run_id)
+        first, second = runs[0].run_id, runs[1].run_id  # the cancel locks `first` first
+        root = next(r.run_id for r in runs if r.workflow == "parent")
+        async with await psycopg.AsyncConnection.connect(pg_url) as other:
+            await other.execute("SELECT 1 FROM durably.runs WHERE id = %s FOR UPDATE",
+                                (second,))  # fmt: skip
+            cancel = asyncio.create_task(app.cancel(root))
+            await eventually(lambda: _waiting_on(pg_url, 1), what="the cancel to wait")
+            # Now the other order: a deadlock, which the cancel detects (it waited first).
+            await other.execute("SELECT 1 FROM durably.runs WHERE id = %s FOR UPDATE",
+                                (first,))  # fmt: skip
+            await other.commit()
+        canceled = await asyncio.wait_for(cancel, scaled(30))
+    assert canceled.status == "canceled"

@@ -32,7 +32,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
-from ..._errors import ConfigurationError, DatabaseUnavailable
+from ..._errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable
 from .. import _queries
 from .._base import Row
 
@@ -74,7 +74,7 @@ def classify(exc: psycopg.Error) -> Exception:
     by itself, `exc` itself for the rest (see the module docstring)."""
     state = exc.sqlstate or ""
     if _conflict(exc):
-        return DatabaseUnavailable(
+        return DatabaseConflict(
             f"PostgreSQL aborted the transaction as a deadlock or serialization failure "
             f"({state}): {_text(exc)}"
         )
