@@ -193,6 +193,13 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         except (LeaseLostError, DatabaseUnavailable) as exc:
             log.warning("run %s: %s; it is left to be claimed again", self.run_id, exc)
         except (Exception, asyncio.CancelledError) as exc:  # a defect: end the run, no loop
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task and task.cancelling():
+                # Cancelled from outside (the event loop shutting down), not by a defect:
+                # the run is left to its lease, then claimed again.
+                log.warning("run %s: its execution was cancelled; it is left to be claimed "
+                            "again", self.run_id)  # fmt: skip
+                raise
             log.error("run %s: unexpected error; the run fails", self.run_id, exc_info=exc)
             with contextlib.suppress(Exception):
                 await self.store.finish_run(self.lease, "failed", None, describe(exc))

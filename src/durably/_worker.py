@@ -226,6 +226,10 @@ class Worker:
                 log.warning("%s; retrying in %.1fs", exc, backoff)
                 timeout, backoff = backoff, min(backoff * 2, 5.0)
                 self._hint = True
+            except Exception:  # a defect: said loudly, but the worker keeps its runs going
+                log.exception("claim failed; retrying in %.1fs", backoff)
+                timeout, backoff = backoff, min(backoff * 2, 5.0)
+                self._hint = True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             if not self._wake.is_set():

@@ -5,6 +5,7 @@ such a body is bounded and logged."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -126,3 +127,33 @@ async def test_close_after_a_worker_that_would_not_stop_raises_nothing(
     await app.close()
     assert not stuck.ended.cancelled()
     assert sum("did not stop" in r.getMessage() for r in caplog.records) == 2
+
+
+async def test_an_execution_cancelled_from_outside_leaves_its_run_to_be_claimed_again(
+    db_url: str,
+) -> None:
+    # Found by review: an execution task cancelled from outside (as the event loop's
+    # shutdown cancels every task) took the cancel for a defect and failed the run.
+    app = Durably(db_url)
+    started = asyncio.Event()
+
+    async def long() -> int:
+        started.set()
+        await asyncio.sleep(scaled(30))
+        return 1
+
+    @app.workflow(name="cut-short", version="v1")
+    async def cut_short(ctx: Any) -> int:
+        return int(await ctx.step.run("long", long))
+
+    async with app:
+        handle = await cut_short.start()
+        worker = app.worker()
+        async with worker:
+            await asyncio.wait_for(started.wait(), scaled(10))
+            _, task = worker.running[handle.run_id]
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        run = await app.get_run(handle.run_id)
+    assert run.status in ("running", "pending"), run

@@ -241,3 +241,32 @@ def test_sqlite_errors_are_classified(tmp_path: Path) -> None:
     assert isinstance(lite.classify(caught["read-only"]), DatabaseUnavailable)
     assert lite.classify(caught["no such table"]) is caught["no such table"]
     assert lite.classify(caught["constraint"]) is caught["constraint"]
+
+
+async def test_a_schema_migrated_under_a_running_worker_fails_nothing(pg_url: str) -> None:
+    # Found by review: a deploy migrates (adds a column) while an old worker runs. Its
+    # prepared statements that read `*` are refused ("cached plan must not change result
+    # type") on every use of their connection: the worker's claim loop died on it, and a
+    # run's own reads poisoned the run.
+    app = Durably(pg_url)
+    seen: list[int] = []
+
+    async def note(k: int) -> int:
+        seen.append(k)
+        return k
+
+    @app.workflow(name="steady", version="v1")
+    async def steady(ctx: Any, k: int) -> int:
+        await ctx.step.run("note", note, k)
+        await ctx.step.sleep("nap", "10ms")  # parks: the next claim reads the run again
+        return k
+
+    async with app, app.worker(concurrency=4):
+        assert await (await steady.start(1)).result(timeout=scaled(10)) == 1
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            await conn.execute("ALTER TABLE durably.runs ADD COLUMN added_by_a_deploy int")
+            await conn.execute("ALTER TABLE durably.step_attempts ADD COLUMN added int")
+        handles = [await steady.start(k) for k in range(2, 6)]
+        assert [await h.result(timeout=scaled(10)) for h in handles] == [2, 3, 4, 5]
+        assert (await app.get_run(handles[0].run_id)).status == "completed"
+    assert sorted(seen) == [1, 2, 3, 4, 5]

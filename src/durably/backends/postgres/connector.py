@@ -85,6 +85,13 @@ def classify(exc: psycopg.Error) -> Exception:
     return exc
 
 
+def _stale_statement(exc: psycopg.Error) -> bool:
+    """A prepared statement the schema changed under (a migration by another process):
+    "cached plan must not change result type" (0A000), or one gone (26000). psycopg keeps
+    it on the connection, so every later use there fails the same way."""
+    return exc.sqlstate in ("0A000", "26000")
+
+
 def _conflict(exc: psycopg.Error) -> bool:
     """A deadlock or serialization failure: SQLSTATE class 40 (psycopg's classes for them,
     DeadlockDetected and SerializationFailure, do not derive from TransactionRollback)."""
@@ -176,6 +183,19 @@ async def _pipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycop
         if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):
                 await conn.execute("ROLLBACK")
+        raise
+
+
+@contextlib.asynccontextmanager
+async def _discarded_if_stale(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """Close a connection whose prepared statements went stale before the pool gets it
+    back (the pool replaces a closed one)."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if _stale_statement(exc):
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()
         raise
 
 
@@ -288,7 +308,7 @@ class PostgresConnector:
             return
         pool = await self._ensure_pool()
         try:
-            async with pool.connection() as conn:
+            async with pool.connection() as conn, _discarded_if_stale(conn):
                 if pipelined:
                     async with _pipelined(conn) as pipeline:
                         yield PgTx(conn, self._queries, pipeline=pipeline)
@@ -296,6 +316,10 @@ class PostgresConnector:
                     async with conn.transaction():
                         yield PgTx(conn, self._queries)
         except psycopg.Error as exc:  # the engine's statements, the commit, or the body's
+            if _stale_statement(exc):
+                await self._replace_connections()
+                raise DatabaseUnavailable(f"the schema changed under a statement: {_text(exc)}; "
+                                          "its connection is replaced") from exc  # fmt: skip
             _raise_classified(exc)
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
@@ -310,9 +334,13 @@ class PostgresConnector:
         tries = 1
         while True:
             try:
-                async with pool.connection() as conn:
+                async with pool.connection() as conn, _discarded_if_stale(conn):
                     return await PgTx(conn, self._queries).fetch(query, **params)
             except psycopg.Error as exc:
+                if _stale_statement(exc) and tries == 1:
+                    await self._replace_connections()  # statements prepared anew
+                    tries += 1
+                    continue
                 if not _conflict(exc):
                     _raise_classified(exc)
                 if tries >= CONFLICT_TRIES:
@@ -323,6 +351,16 @@ class PostgresConnector:
                 log.info("%s: %s; trying again", query, _text(exc))
                 await asyncio.sleep(random.uniform(0.005, 0.02) * 2**tries)
                 tries += 1
+
+    async def _replace_connections(self) -> None:
+        """Every pooled connection holds statements prepared before the schema changed:
+        replace them all (one in use is closed when it comes back)."""
+        log.warning("the schema changed under the engine's prepared statements (a migration "
+                    "by another process?); replacing the pool's connections")  # fmt: skip
+        for pool in (self._pool, self._lease_pool):
+            if pool is not None:
+                with contextlib.suppress(psycopg.Error):
+                    await pool.drain()
 
     async def _ensure_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
         if self._pool is None:
