@@ -1,7 +1,9 @@
 """`uv run python -m bench.cpu --database URL [--runs 3000] [--concurrency 50]`
 
 CPU time per run of a throughput drain, in the worker (this process) and in the
-PostgreSQL backends serving it (read from /proc, so the server must run on this machine).
+PostgreSQL backends of its database (read from /proc, so the server must run on this
+machine; the poller that counts completed runs is one of them, and so is any other client
+of that database: give the benchmark a database of its own).
 On a machine whose speed drifts, runs per second of one code can vary by 30% within
 minutes; CPU per run varies less, so compare two versions by this, alternating them
 (A B A B). The last line printed is one JSON object.
@@ -54,11 +56,14 @@ async def drain(url: str, runs: int, concurrency: int) -> dict[str, float]:
             pids = await backends()
             pg0, py0, t0 = _backends_cpu(pids), time.process_time(), time.perf_counter()
             first = await completed()
+            deadline = time.monotonic() + 300
             while (done := await completed()) < runs:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"only {done} of {runs} runs completed in 300 s")
                 await asyncio.sleep(0.05)
                 pids |= await backends()
             pg1, py1, t1 = _backends_cpu(pids), time.process_time(), time.perf_counter()
-    n = done - first
+    n = max(done - first, 1)
     return {
         "runs": n,
         "worker_ms_per_run": round(1000 * (py1 - py0) / n, 3),

@@ -173,9 +173,10 @@ async def latency(url: str, n: int, gap_ms: int, mode: str) -> dict[str, Any]:
 
 
 async def _warm_up(app: Durably, mode: str) -> None:
-    """A warm worker, as in production: its statements prepared and planned on the pool's
-    connections (PostgreSQL plans a prepared statement generically after five runs), not
-    only one run through."""
+    """A warm worker, as in production: its pool's connections open and its statements
+    prepared and planned there (PostgreSQL plans a prepared statement generically after
+    five uses), not only one run through. The samples go one at a time, so a few of the
+    pool's connections serve them all."""
     for k in range(WARM_UP):
         if mode == "latency":
             await (await app.start("bench", -1 - k)).result(timeout=30)
