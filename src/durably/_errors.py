@@ -20,6 +20,8 @@
     ├── StepLimitExceeded            the run reached its limit of step attempts
     ├── StepTimeout                  a step body ran past its `timeout` (retried by policy)
     └── DatabaseUnavailable          the database could not be reached
+        └── DatabaseConflict         a transaction aborted as a deadlock or serialization
+                                     failure; nothing of it was written (run it again)
 
 The engine's own control flow (a lost lease, non-determinism, cancellation, a failed
 engine write) never reaches workflow code as something it could catch and carry on from:
