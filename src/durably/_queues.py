@@ -163,6 +163,14 @@ class QueueClaims:
                 return []  # not declared yet
             return await tx.fetch("claim_queue", **params)
 
+    async def foreign(self, mine: list[str], pairs: list[tuple[str, str]]) -> list[str]:
+        """Queues other workers declare, not in `mine`, that hold due runs of `pairs`."""
+        rows = await self.db.fetch(
+            "foreign_queues", mine=mine, workflows=[p[0] for p in pairs],
+            versions=[p[1] for p in pairs],
+        )  # fmt: skip
+        return [r["name"] for r in rows]
+
     async def next_at(
         self, queue: str, pairs: list[tuple[str, str]]
     ) -> tuple[datetime | None, datetime]:
@@ -215,9 +223,21 @@ class Claimer:
         """Claim up to `free` runs."""
         queued = self._queued()
         self.retry_in = None
-        if not queued:
-            return await self.app.store.claim(self.worker_id, self._pairs(), free, self.lease_s)
         self._turn += 1
+        if not queued:
+            rows = await self.app.store.claim(self.worker_id, self._pairs(), free, self.lease_s)
+        else:
+            rows = await self._claim_queued(queued, free)
+        # Queues declared only by other workers may hold runs of workflows this worker
+        # serves (moved to another queue since): looked for when there is nothing else to
+        # do (never on the way to work just announced), and now and then when busy.
+        if len(rows) < free and (not rows or self._turn % 16 == 0):
+            for source in await self.queues.foreign(sorted(queued), self._pairs()):
+                if len(rows) < free:
+                    rows += await self._claim_queue(source, free - len(rows))
+        return rows
+
+    async def _claim_queued(self, queued: dict[str, list[tuple[str, str]]], free: int) -> list[Row]:
         sources: list[str | None] = [*sorted(queued)]
         # Runs without a queue: of unqueued workflows, started before a queue was given to
         # theirs, or of a queue no worker declares any more. When every workflow has a
@@ -235,21 +255,25 @@ class Claimer:
                                                  self.lease_s)  # fmt: skip
                 self._unqueued_gave = bool(got)
                 rows += got
-                continue
-            per_key = self.app.queues[source].per_key is not None
-            # Every pair served, not only those of the queue's workflows today: a run keeps
-            # the queue it was started in, and a workflow moved to another queue (or to
-            # none) while this one is still declared leaves its runs here.
-            got = await self.queues.claim(source, self.worker_id, self._pairs(), want,
-                                          self.lease_s, per_key)  # fmt: skip
-            rows += got
-            if 0 < len(got) < want:
-                self._saturated.add(source)
-            else:  # all it was asked for, or nothing: none left due (or taken elsewhere)
-                self._saturated.discard(source)
-            if len(got) < want and self.app.queues[source].rate is not None:
-                await self._rate_wait(source, self._pairs())
+            else:
+                rows += await self._claim_queue(source, want)
         return rows
+
+    async def _claim_queue(self, source: str, want: int) -> list[Row]:
+        declared = self.app.queues.get(source)  # None: a queue other workers declare
+        per_key = declared is None or declared.per_key is not None
+        # Every pair served, not only those of the queue's workflows today: a run keeps the
+        # queue it was started in, and a workflow moved to another queue (or to none) while
+        # this one is still declared leaves its runs here.
+        got = await self.queues.claim(source, self.worker_id, self._pairs(), want,
+                                      self.lease_s, per_key)  # fmt: skip
+        if 0 < len(got) < want:
+            self._saturated.add(source)
+        else:  # all it was asked for, or nothing: none left due (or taken elsewhere)
+            self._saturated.discard(source)
+        if len(got) < want and declared is not None and declared.rate is not None:
+            await self._rate_wait(source, self._pairs())
+        return got
 
     async def _rate_wait(self, queue: str, pairs: list[tuple[str, str]]) -> None:
         at, now = await self.queues.next_at(queue, pairs)

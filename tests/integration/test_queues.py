@@ -287,3 +287,33 @@ async def test_a_workflow_moved_to_another_queue_leaves_no_run_behind(db_url: st
             assert await (await bill.start(9)).result(timeout=scaled(10)) == 9
             handle = new.handle(started.pop().run_id)
             assert await handle.result(timeout=scaled(10)) in (0, 1)
+
+
+async def test_a_moved_workflows_runs_are_claimed_by_its_workers_in_a_queue_they_left(
+    db_url: str,
+) -> None:
+    # Found by review: `ship` moved from "slow" to "fast"; the workers that still declare
+    # "slow" do not serve `ship`, and those that serve `ship` do not declare "slow".
+    def deploy(workflows: dict[str, str]) -> tuple[Durably, dict[str, Any]]:
+        app = Durably(db_url)
+        made = {}
+        for name, queue in workflows.items():
+
+            async def body(ctx: Any, k: int) -> int:
+                return k
+
+            made[name] = app.workflow(name=name, version="v1",
+                                      queue=app.queue(queue, concurrency=1))(body)  # fmt: skip
+        return app, made
+
+    old, made = deploy({"ship": "slow", "bill": "slow"})
+    async with old:
+        stranded = await made["ship"].start(7)
+    billing, _ = deploy({"bill": "slow"})
+    shipping, _ = deploy({"ship": "fast"})
+    async with billing, shipping, billing.worker():
+        # As billing's worker does as it starts (and renews): "slow" is declared, so the
+        # runs left in it are not a lapsed queue's, which any worker would take.
+        await QueueClaims(billing.store).declare(list(billing.queues.values()), 60.0)
+        async with shipping.worker():
+            assert await shipping.handle(stranded.run_id).result(timeout=scaled(10)) == 7

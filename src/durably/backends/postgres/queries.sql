@@ -794,6 +794,20 @@ SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned
         FROM {schema}.step_attempts s WHERE s.run_id = claimed.id) h)::text AS history
 FROM claimed;
 
+-- name: foreign_queues
+-- Declared queues the worker does not declare that hold due runs of a pair it serves: a
+-- workflow moved to another queue while the old one is still declared by workers that do
+-- not serve it. One probe of runs_queued per queue and pair (the queues are few).
+SELECT q.name FROM {schema}.queues q
+WHERE q.declared_until > now() AND q.name <> ALL(CAST(:mine AS text[]))
+  AND EXISTS (
+    SELECT 1 FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
+        AS p(workflow, version)
+    WHERE EXISTS (SELECT 1 FROM {schema}.runs r
+                  WHERE r.workflow = p.workflow AND r.version = p.version
+                    AND r.queue = q.name AND r.available_at <= now()))
+ORDER BY q.name;
+
 -- name: queue_next
 -- When an idle worker should look at a queue again: its next run to come due, or when
 -- its rate window lets one more start. NULL: only a slot freed elsewhere (or the poll).

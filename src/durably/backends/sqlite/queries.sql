@@ -588,6 +588,17 @@ SELECT r.*, now() AS db_now, 0 AS abandoned,
 FROM {schema}_runs r WHERE claim_token = :token;
 UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
 
+-- name: foreign_queues
+-- See the PostgreSQL twin.
+SELECT q.name FROM {schema}_queues q
+WHERE q.declared_until > now() AND q.name NOT IN (SELECT value FROM json_each(:mine))
+  AND EXISTS (
+    SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
+    CROSS JOIN {schema}_runs r
+    WHERE r.workflow = w.value AND r.version = v.value AND r.queue = q.name
+      AND r.available_at <= now())
+ORDER BY q.name;
+
 -- name: queue_next
 -- See the PostgreSQL twin.
 SELECT (SELECT min(t) FROM (
