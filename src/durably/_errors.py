@@ -20,8 +20,8 @@
     ├── StepLimitExceeded            the run reached its limit of step attempts
     ├── StepTimeout                  a step body ran past its `timeout` (retried by policy)
     └── DatabaseUnavailable          the database could not be reached
-        └── DatabaseConflict         a transaction aborted as a deadlock or serialization
-                                     failure; nothing of it was written (run it again)
+        └── DatabaseConflict         a transaction aborted whole (a deadlock, a stale
+                                     statement); nothing of it was written (run it again)
 
 The engine's own control flow (a lost lease, non-determinism, cancellation, a failed
 engine write) never reaches workflow code as something it could catch and carry on from:
@@ -160,8 +160,9 @@ class DatabaseUnavailable(DurablyError):
 
 
 class DatabaseConflict(DatabaseUnavailable):
-    """The database aborted a transaction as a deadlock or serialization failure: nothing
-    of it was written, and running it again may succeed."""
+    """The database aborted a transaction whole (a deadlock, a serialization failure, a
+    statement the schema changed under): nothing of it was written, and running it again
+    may succeed."""
 
 
 class NonRetryableError(Exception):

@@ -7,9 +7,7 @@ clients call (start, signal, cancel) may run inside the caller's own transaction
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import random
 import uuid
 from datetime import datetime
 from typing import Any
@@ -17,7 +15,6 @@ from typing import Any
 from ._codec import decode, encode
 from ._ends import RunEnds
 from ._errors import (
-    DatabaseConflict,
     DatabaseUnavailable,
     IdempotencyConflictError,
     LeaseLostError,
@@ -27,8 +24,6 @@ from ._errors import (
 from ._models import Run, StepAttempt
 from ._records import Lease, NewRun, PendingStep
 from .backends import Connector, Row, Tx
-
-CONFLICT_TRIES = 4  # a cancel's transaction aborted as a deadlock, then run again
 
 
 class _BodyFailed(Exception):
@@ -197,16 +192,9 @@ class Store(RunEnds):
             raise RunTerminalError(run_id, rows[0]["status"], action)
 
     async def cancel(self, run_id: str, error: dict[str, Any]) -> Run:
-        for tries in range(1, CONFLICT_TRIES + 1):
-            try:
-                return await self._cancel(run_id, error)
-            except DatabaseConflict:
-                # A cancel locks a whole tree; a run of it ending, or a record of it being
-                # written, may lock the same rows in another order. Nothing was written.
-                if tries == CONFLICT_TRIES:
-                    raise
-                await asyncio.sleep(random.uniform(0.005, 0.02) * 2**tries)
-        raise AssertionError("unreachable")
+        # A cancel locks a whole tree; a run of it ending, or a record of it being written,
+        # may lock the same rows in another order: aborted, it is run again.
+        return await self.db.retrying(lambda: self._cancel(run_id, error), "cancel")
 
     async def _cancel(self, run_id: str, error: dict[str, Any]) -> Run:
         async with self.db.transaction() as tx:

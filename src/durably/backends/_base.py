@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 Row = dict[str, Any]
+T = TypeVar("T")
 
 
 class Tx(Protocol):
@@ -58,6 +59,10 @@ class Connector(Protocol):
         a transaction costs a round trip per answer it waits for, plus the commit. A
         transaction that hands its connection to user code is not (`pipelined=False`).
         """
+
+    async def retrying(self, work: Callable[[], Awaitable[T]], what: str) -> T:
+        """`work` (a transaction of its own), run again when the database aborted it whole
+        (`DatabaseConflict`), a few times."""
 
     async def listen(self, on_message: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
         """Deliver wake-up messages to `on_message` until the returned stop is awaited."""

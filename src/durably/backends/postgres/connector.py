@@ -5,9 +5,10 @@ What the engine makes of a driver error (`classify`):
 
     connection lost or refused, server shutting down,    DatabaseUnavailable: the worker
     too many connections, no answer in time              backs off and carries on
-    deadlock or serialization failure                    retried here a few times (a
-                                                         statement of its own), then
-                                                         DatabaseUnavailable saying so
+    deadlock or serialization failure; a prepared        DatabaseConflict: run again a
+    statement the schema changed under (every pooled     few times (a statement of its
+    connection is replaced)                              own here; a transaction through
+                                                         `retrying`), then said so
     anything else (bad data, a constraint, a bug)        raised as it is
 
 A silent network must not hold the engine forever: connections are opened with a connect
@@ -23,7 +24,7 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, LiteralString, NoReturn
+from typing import Any, LiteralString, NoReturn, TypeVar
 
 import psycopg
 from psycopg import pq, sql
@@ -37,6 +38,7 @@ from .. import _queries
 from .._base import Row
 
 log = logging.getLogger("durably.postgres")
+T = TypeVar("T")
 
 
 def _json_as_text(data: str | bytes) -> str:
@@ -186,19 +188,6 @@ async def _pipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycop
         raise
 
 
-@contextlib.asynccontextmanager
-async def _discarded_if_stale(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
-    """Close a connection whose prepared statements went stale before the pool gets it
-    back (the pool replaces a closed one)."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        if _stale_statement(exc):
-            with contextlib.suppress(psycopg.Error):
-                await conn.close()
-        raise
-
-
 class PostgresConnector:
     """Runs durably's named queries on PostgreSQL."""
 
@@ -308,7 +297,7 @@ class PostgresConnector:
             return
         pool = await self._ensure_pool()
         try:
-            async with pool.connection() as conn, _discarded_if_stale(conn):
+            async with pool.connection() as conn:
                 if pipelined:
                     async with _pipelined(conn) as pipeline:
                         yield PgTx(conn, self._queries, pipeline=pipeline)
@@ -316,51 +305,60 @@ class PostgresConnector:
                     async with conn.transaction():
                         yield PgTx(conn, self._queries)
         except psycopg.Error as exc:  # the engine's statements, the commit, or the body's
-            if _stale_statement(exc):
-                await self._replace_connections()
-                raise DatabaseUnavailable(f"the schema changed under a statement: {_text(exc)}; "
-                                          "its connection is replaced") from exc  # fmt: skip
-            _raise_classified(exc)
+            await self._raise_for(exc)
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
-        """One named query in a transaction of its own (autocommit: one round trip).
-
-        A deadlock or serialization failure rolled the statement back whole, so it is run
-        again after a short, jittered pause, up to `CONFLICT_TRIES` times in all.
-        """
+        """One named query in a transaction of its own (autocommit: one round trip), run
+        again as `retrying` says."""
         pool = await self._ensure_pool()
         if query == "heartbeat" and self._lease_pool is not None:
             pool = self._lease_pool
+
+        async def once() -> list[Row]:
+            try:
+                async with pool.connection() as conn:
+                    return await PgTx(conn, self._queries).fetch(query, **params)
+            except psycopg.Error as exc:
+                await self._raise_for(exc)
+
+        return await self.retrying(once, query)
+
+    async def retrying(self, work: Callable[[], Awaitable[T]], what: str) -> T:
+        """`work` (a statement or a transaction of its own), run again after a short,
+        jittered pause when PostgreSQL aborted it whole (`DatabaseConflict`: a deadlock, a
+        serialization failure, a statement the schema changed under), up to
+        `CONFLICT_TRIES` times in all."""
         tries = 1
         while True:
             try:
-                async with pool.connection() as conn, _discarded_if_stale(conn):
-                    return await PgTx(conn, self._queries).fetch(query, **params)
-            except psycopg.Error as exc:
-                if _stale_statement(exc) and tries == 1:
-                    await self._replace_connections()  # statements prepared anew
-                    tries += 1
-                    continue
-                if not _conflict(exc):
-                    _raise_classified(exc)
+                return await work()
+            except DatabaseConflict as exc:
                 if tries >= CONFLICT_TRIES:
-                    raise DatabaseUnavailable(
-                        f"PostgreSQL aborted {query} {tries} times in a row as a deadlock or "
-                        f"serialization failure ({exc.sqlstate}): {_text(exc)}"
-                    ) from exc
-                log.info("%s: %s; trying again", query, _text(exc))
+                    cause = exc.__cause__ or exc
+                    raise DatabaseConflict(
+                        f"PostgreSQL aborted {what} {tries} times in a row as a deadlock or "
+                        f"serialization failure ({getattr(cause, 'sqlstate', '')}): "
+                        f"{_text(cause)}"
+                    ) from cause
+                log.info("%s: %s; trying again", what, exc)
                 await asyncio.sleep(random.uniform(0.005, 0.02) * 2**tries)
                 tries += 1
 
-    async def _replace_connections(self) -> None:
-        """Every pooled connection holds statements prepared before the schema changed:
-        replace them all (one in use is closed when it comes back)."""
-        log.warning("the schema changed under the engine's prepared statements (a migration "
-                    "by another process?); replacing the pool's connections")  # fmt: skip
-        for pool in (self._pool, self._lease_pool):
-            if pool is not None:
-                with contextlib.suppress(psycopg.Error):
-                    await pool.drain()
+    async def _raise_for(self, exc: psycopg.Error) -> NoReturn:
+        """Raise what the engine makes of `exc` (`classify`). A statement the schema
+        changed under (a migration by another process) is stale on every pooled
+        connection: they are all replaced, and it is a conflict (run it again)."""
+        if _stale_statement(exc):
+            log.warning(
+                "the schema changed under the engine's prepared statements (a "
+                "migration by another process?); replacing the pool's connections"
+            )
+            for pool in (self._pool, self._lease_pool):
+                if pool is not None:  # one in use is closed when it comes back
+                    with contextlib.suppress(psycopg.Error):
+                        await pool.drain()
+            raise DatabaseConflict(f"the schema changed under a statement: {_text(exc)}") from exc
+        _raise_classified(exc)
 
     async def _ensure_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
         if self._pool is None:

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..._clock import Clock
@@ -38,6 +38,8 @@ from .._base import Row
 
 _PACKAGE = __package__ or "durably.backends.sqlite"
 _WAKE_POLL_S = 0.02
+
+T = TypeVar("T")
 
 
 def _param(value: Any) -> Any:
@@ -275,6 +277,10 @@ class SqliteConnector:
         args = _params(params)
         async with self._lock:
             return list(await self._run(lambda: _execute(conn, statements, args)))
+
+    async def retrying(self, work: Callable[[], Awaitable[T]], what: str) -> T:
+        """`work`, once: one writer at a time (IMMEDIATE) never deadlocks."""
+        return await work()
 
     async def listen(self, on_message: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
         self._listeners.append(on_message)
