@@ -19,7 +19,7 @@ import time
 
 import psycopg
 
-from .scenarios import _Completed, make_app, reset
+from .scenarios import _Reader, make_app, reset
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -51,13 +51,13 @@ async def drain(url: str, runs: int, concurrency: int) -> dict[str, float]:
 
         for k in range(runs):
             await app.start("bench", k)
-        async with app.worker(concurrency=concurrency), _Completed(app) as completed:
+        async with app.worker(concurrency=concurrency), _Reader(app) as reader:
             await asyncio.sleep(0.3)  # the pool's connections opened, the first claims made
             pids = await backends()
             pg0, py0, t0 = _backends_cpu(pids), time.process_time(), time.perf_counter()
-            first = await completed()
+            first = await reader.completed()
             deadline = time.monotonic() + 300
-            while (done := await completed()) < runs:
+            while (done := await reader.completed()) < runs:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"only {done} of {runs} runs completed in 300 s")
                 await asyncio.sleep(0.05)

@@ -7,7 +7,6 @@ import asyncio
 import random
 import statistics
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -68,8 +67,8 @@ async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, 
         for k in range(runs):
             await app.start("bench", k)
         enqueue_s = time.perf_counter() - t0
-        async with app.worker(concurrency=concurrency), _Completed(app) as completed:
-            while await completed() < runs:
+        async with app.worker(concurrency=concurrency), _Reader(app) as reader:
+            while await reader.completed() < runs:
                 await asyncio.sleep(0.05)
         span = await _span(app, url)
     return {
@@ -85,26 +84,24 @@ async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, 
     }
 
 
-class _Completed:
-    """Counts completed bench runs in the database, on one connection held throughout (a
-    connection per poll would cost the worker beside it more than the count does)."""
+class _Reader:
+    """Reads from the database beside the app as the peers' scripts do: plain statements on
+    one connection held throughout (a connection per read, or a pooled read through the
+    app, would cost the worker beside it more than the read does)."""
 
     def __init__(self, app: Durably) -> None:
-        table = f"{SCHEMA}.runs" if app.url.startswith("postgres") else f"{SCHEMA}_runs"
-        self._query = (
-            f"SELECT count(*) FROM {table} WHERE workflow = 'bench' AND status = 'completed'"
-        )
+        self.table = f"{SCHEMA}.runs" if app.url.startswith("postgres") else f"{SCHEMA}_runs"
         self._url = app.url
         self._conn: Any = None
 
-    async def __aenter__(self) -> Callable[[], Awaitable[int]]:
+    async def __aenter__(self) -> _Reader:
         if self._url.startswith("sqlite"):
             import sqlite3
 
             self._conn = sqlite3.connect(self._url.removeprefix("sqlite:///"))
         else:
             self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
-        return self._count
+        return self
 
     async def __aexit__(self, *exc: object) -> None:
         if isinstance(self._conn, psycopg.AsyncConnection):
@@ -112,12 +109,23 @@ class _Completed:
         else:
             self._conn.close()
 
-    async def _count(self) -> int:
+    async def one(self, query: str, *params: Any) -> Any:
+        """The first column of the first row (None if there is none)."""
         if isinstance(self._conn, psycopg.AsyncConnection):
-            row = await (await self._conn.execute(self._query)).fetchone()
+            row = await (await self._conn.execute(query, params)).fetchone()
         else:
-            row = self._conn.execute(self._query).fetchone()
-        return int(row[0]) if row else 0
+            row = self._conn.execute(query.replace("%s", "?"), params).fetchone()
+        return row[0] if row else None
+
+    async def completed(self) -> int:
+        """How many bench runs have completed."""
+        return int(await self.one(
+            f"SELECT count(*) FROM {self.table} WHERE workflow = 'bench' AND status = 'completed'"
+        ))  # fmt: skip
+
+    async def status_of(self, run_id: str) -> str | None:
+        status = await self.one(f"SELECT status FROM {self.table} WHERE id = %s", run_id)
+        return None if status is None else str(status)
 
 
 async def _span(app: Durably, url: str) -> float:
@@ -149,7 +157,7 @@ async def latency(url: str, n: int, gap_ms: int, mode: str) -> dict[str, Any]:
     await reset(url)
     app = make_app(url)
     client: list[float] = []
-    async with app, app.worker(concurrency=10):
+    async with app, app.worker(concurrency=10), _Reader(app) as reader:
         await _warm_up(app, mode)
         for i in range(n):
             if mode == "latency":
@@ -165,7 +173,7 @@ async def latency(url: str, n: int, gap_ms: int, mode: str) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 sent = await app.send_signal(sig, {"ok": True})
                 assert sent["delivered_to"] == [handle.run_id], sent
-            while (await handle.status()) != "completed":
+            while (await reader.status_of(handle.run_id)) != "completed":
                 await asyncio.sleep(0.002)
             client.append((time.perf_counter() - t0) * 1000)
     return {"system": "durably", "mode": mode, "n": n, "gap_ms": gap_ms,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -143,9 +144,10 @@ class Store(RunEnds):
         expires_s: float | None = None,
     ) -> dict[str, Any]:
         async with self.db.transaction(external) as tx:
-            result = await self.send_signal_in(
+            sent = await self.send_signal_in(
                 tx, name, data_json, idempotency_key, run_id, expires_s
             )
+        result = await sent()  # read after the commit: the send was one round trip
         if result["delivered_to"]:
             self.db.notify_local("run")
         return result
@@ -153,8 +155,10 @@ class Store(RunEnds):
     async def send_signal_in(
         self, tx: Tx, name: str, data_json: str, idempotency_key: str | None, run_id: str | None,
         expires_s: float | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
-        """Deliver to every waiter (or the addressed run), else buffer; in the caller's tx."""
+    ) -> Callable[[], Awaitable[dict[str, Any]]]:  # fmt: skip
+        """Deliver to every waiter (or the addressed run), else buffer; in the caller's tx.
+        What it did (`{"delivered_to", "buffered", "duplicate"}`) is read by awaiting the
+        returned call, best once `tx` has ended (then the whole send took its commit)."""
         # Serializes sends and waits on one name, so a wait never misses a send in flight.
         await self.lock_signal(tx, name)
         if idempotency_key is not None:
@@ -163,25 +167,25 @@ class Store(RunEnds):
                 idempotency_key=idempotency_key,
             )  # fmt: skip
             if found:
-                return {
+                duplicate = {
                     "delivered_to": decode(found[0]["delivered_to"]),
                     "buffered": bool(found[0]["buffered"]),
                     "duplicate": True,
                 }
+                return lambda: _known(duplicate)
         if run_id is not None:
             await self._live_run(tx, run_id, "signal")
-        rows = await tx.fetch(
-            "deliver_signal", namespace=self.namespace, name=name, data=data_json,
-            run_id=run_id, channel=self.channel, token=uuid.uuid4().hex,
+        sent = await tx.send(
+            "send_signal", namespace=self.namespace, name=name, data=data_json,
+            idempotency_key=idempotency_key, run_id=run_id, expires_s=expires_s,
+            channel=self.channel, token=uuid.uuid4().hex,
         )  # fmt: skip
-        delivered = sorted({r["run_id"] for r in rows})
-        await tx.send(
-            "insert_signal", namespace=self.namespace, name=name, data=data_json,
-            idempotency_key=idempotency_key, run_id=run_id,
-            delivered_to=encode(delivered, "delivered_to"), buffered=not delivered,
-            expires_s=expires_s,
-        )  # fmt: skip
-        return {"delivered_to": delivered, "buffered": not delivered, "duplicate": False}
+
+        async def outcome() -> dict[str, Any]:
+            delivered = decode((await sent.rows())[0]["delivered_to"])
+            return {"delivered_to": delivered, "buffered": not delivered, "duplicate": False}
+
+        return outcome
 
     async def _live_run(self, tx: Tx, run_id: str, action: str) -> None:
         """Lock the run against a concurrent end until `tx` ends; refuse a finished one."""
@@ -362,7 +366,8 @@ class Store(RunEnds):
         """Send a signal and record the sending step (log entry `seq`) in one transaction."""
         async with self.db.transaction() as tx:
             await self.check_lease(tx, lease)
-            result = await self.send_signal_in(tx, signal, data_json, key, run_id, expires_s)
+            sent = await self.send_signal_in(tx, signal, data_json, key, run_id, expires_s)
+            result = await sent()
             await self.record_finish(lease, PendingStep(
                 position, attempt, step, "signal-send", "completed",
                 output_json=encode_result(result), seq=seq,
@@ -472,3 +477,7 @@ class Store(RunEnds):
     async def get_attempt(self, run_id: str, position: int, attempt: int) -> Row | None:
         rows = await self.db.fetch("get_attempt", run_id=run_id, position=position, attempt=attempt)
         return rows[0] if rows else None
+
+
+async def _known(result: dict[str, Any]) -> dict[str, Any]:
+    return result

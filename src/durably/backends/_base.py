@@ -25,10 +25,18 @@ class Tx(Protocol):
     async def fetch(self, query: str, **params: Any) -> list[Row]:
         """Run a named query; the rows it returns."""
 
-    async def send(self, query: str, **params: Any) -> None:
-        """Run a named query whose rows are not needed. In a pipelined transaction it goes
-        to the server with the next statement that needs an answer (or the commit), and
-        its error is raised there."""
+    async def send(self, query: str, **params: Any) -> Sent:
+        """Run a named query without waiting for its answer. In a pipelined transaction it
+        goes to the server with the next statement that needs an answer (or the commit),
+        and its error is raised there; its rows can be read once that answer is in."""
+
+
+class Sent(Protocol):
+    """A statement sent with `Tx.send`."""
+
+    async def rows(self) -> list[Row]:
+        """Its rows. Read after the transaction has ended they cost nothing more; read
+        inside it, they cost a round trip if nothing since has waited for an answer."""
 
 
 class Connector(Protocol):
@@ -69,3 +77,13 @@ class Connector(Protocol):
 
     def notify_local(self, message: str) -> None:
         """Deliver a wake-up message to this process's listeners (after a commit)."""
+
+
+class Fetched:
+    """A `Sent` statement that ran at once: its rows are here."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self._rows = rows
+
+    async def rows(self) -> list[Row]:
+        return self._rows

@@ -35,7 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..._errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable
 from .. import _queries
-from .._base import Row
+from .._base import Fetched, Row, Sent
 
 log = logging.getLogger("durably.postgres")
 T = TypeVar("T")
@@ -141,12 +141,15 @@ class PgTx:
                 f"PostgreSQL did not answer within {STATEMENT_S:g} s ({query})"
             ) from exc
 
-    async def send(self, query: str, **params: Any) -> None:
+    async def send(self, query: str, **params: Any) -> Sent:
         if self._pipeline is None:
-            await self.fetch(query, **params)
-            return
+            return Fetched(await self.fetch(query, **params))
+        cursors = []
         for statement in self._queries[query]:  # queued: nothing waits for the server
-            await self._conn.cursor().execute(statement, params, prepare=True)
+            cur = self._conn.cursor(row_factory=dict_row)
+            await cur.execute(statement, params, prepare=True)
+            cursors.append(cur)
+        return _Queued(cursors, self._pipeline)
 
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = []
@@ -168,6 +171,26 @@ class PgTx:
                 # The caller's sync connection (through durably.sync): a blocking call made
                 # from the facade's own thread, never from a worker's event loop.
                 rows = cur.fetchall()
+        return rows
+
+
+class _Queued:
+    """A statement queued in a pipeline: its rows, once they have arrived (the pipeline
+    is synced for them if they have not)."""
+
+    def __init__(
+        self, cursors: list[psycopg.AsyncCursor[Row]], pipeline: psycopg.AsyncPipeline
+    ) -> None:
+        self._cursors = cursors
+        self._pipeline = pipeline
+
+    async def rows(self) -> list[Row]:
+        if any(cur.pgresult is None for cur in self._cursors):
+            await self._pipeline.sync()
+        rows: list[Row] = []
+        for cur in self._cursors:
+            if cur.description is not None:
+                rows = await cur.fetchall()
         return rows
 
 

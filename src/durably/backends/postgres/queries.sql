@@ -345,15 +345,21 @@ WITH e AS (
         position integer, attempt integer, step text, kind text, status text, final boolean,
         output jsonb, error jsonb, compensable boolean, elapsed_s float8,
         workflow_attempt integer, seq integer, wake_s float8)
+), ids AS (
+    -- The runs and their parents (each looked up by its child's id).
+    SELECT run_id AS id FROM e
+    UNION SELECT p.parent_run_id FROM e CROSS JOIN LATERAL (
+        SELECT c.parent_run_id FROM {schema}.runs c WHERE c.id = e.run_id OFFSET 0) p
+    WHERE p.parent_run_id IS NOT NULL
 ), locked AS (
-    -- The runs and their parents, all locked in id order before any is updated.
-    SELECT r.id, r.fence, r.status, r.worker_id, r.lease_expires_at, r.compensating
-    FROM {schema}.runs r
-    WHERE r.id IN (SELECT run_id FROM e)
-       OR r.id IN (SELECT c.parent_run_id FROM {schema}.runs c
-                   WHERE c.id IN (SELECT run_id FROM e) AND c.parent_run_id IS NOT NULL)
-    ORDER BY r.id
-    FOR NO KEY UPDATE
+    -- All locked in id order before any is updated, each read by its id: OFFSET 0 keeps
+    -- the read a lookup (the planner counts 100 rows for a batch of any size, and would
+    -- rather read every run than look up that many).
+    SELECT r.* FROM (SELECT id FROM ids ORDER BY id) i CROSS JOIN LATERAL (
+        SELECT r.id, r.fence, r.status, r.worker_id, r.lease_expires_at, r.compensating
+        FROM {schema}.runs r WHERE r.id = i.id
+        OFFSET 0 FOR NO KEY UPDATE
+    ) r
 ), mine AS (
     SELECT l.id, l.fence FROM locked l JOIN e ON e.run_id = l.id AND e.fence = l.fence
     WHERE l.worker_id = :worker_id AND l.lease_expires_at > now()
@@ -498,8 +504,9 @@ SELECT pg_advisory_xact_lock(hashtext(:namespace || '/' || :name)) AS locked;
 SELECT * FROM {schema}.signals
 WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency_key;
 
--- name: deliver_signal
--- One signal reaches one wait per run (its earliest), and every run waiting on the name.
+-- name: send_signal
+-- One signal reaches one wait per run (its earliest), and every run waiting on the name;
+-- it is stored as delivered to them, or buffered for the next wait when none waits.
 -- The data waits on the attempt until the run's own worker records it (see 0004).
 WITH targets AS (
     SELECT DISTINCT ON (a.run_id) a.id
@@ -524,16 +531,16 @@ WITH targets AS (
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM woke LIMIT 1) AS x
     UNION ALL SELECT pg_notify(:channel, 'wake:' || id) FROM woke WHERE wake_requested
+), stored AS (
+    INSERT INTO {schema}.signals (namespace, name, data, idempotency_key, run_id,
+        delivered_to, buffered, expires_at)
+    SELECT :namespace, :name, CAST(:data AS jsonb), :idempotency_key, :run_id,
+        COALESCE((SELECT jsonb_agg(run_id ORDER BY run_id) FROM waits), '[]'),
+        NOT EXISTS (SELECT 1 FROM waits),
+        now() + CAST(:expires_s AS float8) * interval '1 second'
+    RETURNING delivered_to
 )
-SELECT DISTINCT run_id, (SELECT count(*) FROM notified) AS notified FROM waits;
-
--- name: insert_signal
-INSERT INTO {schema}.signals (namespace, name, data, idempotency_key, run_id, delivered_to,
-    buffered, expires_at)
-VALUES (:namespace, :name, CAST(:data AS jsonb), :idempotency_key, :run_id,
-    CAST(:delivered_to AS jsonb), :buffered,
-    now() + CAST(:expires_s AS float8) * interval '1 second')
-RETURNING id;
+SELECT stored.delivered_to, (SELECT count(*) FROM notified) AS notified FROM stored;
 
 -- name: take_signal
 UPDATE {schema}.signals SET consumed_by = :run_id, consumed_at = now()

@@ -34,7 +34,7 @@ from urllib.parse import quote
 from ..._clock import Clock
 from ..._errors import ConfigurationError, DatabaseUnavailable
 from .. import _queries
-from .._base import Row
+from .._base import Fetched, Row, Sent
 
 _PACKAGE = __package__ or "durably.backends.sqlite"
 _WAKE_POLL_S = 0.02
@@ -102,8 +102,8 @@ class SqliteTx:
         args = _params(params)
         return list(await self._run(lambda: _execute(self._conn, statements, args)))
 
-    async def send(self, query: str, **params: Any) -> None:
-        await self.fetch(query, **params)
+    async def send(self, query: str, **params: Any) -> Sent:
+        return Fetched(await self.fetch(query, **params))
 
 
 def _execute(conn: sqlite3.Connection, statements: list[str], args: dict[str, Any]) -> list[Row]:

@@ -357,7 +357,8 @@ SELECT 1 AS locked;
 SELECT * FROM {schema}_signals
 WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency_key;
 
--- name: deliver_signal
+-- name: send_signal
+-- See PostgreSQL's. The runs reached are marked with :token while the signal is stored.
 UPDATE {schema}_runs SET claim_token = :token
 WHERE namespace = :namespace AND status IN ('pending', 'running', 'waiting')
   AND (:run_id IS NULL OR id = :run_id)
@@ -371,20 +372,20 @@ WHERE id IN (
               AND a.signal = :name AND a.delivered_at IS NULL
             ORDER BY a.position LIMIT 1)
     FROM {schema}_runs r WHERE r.claim_token = :token);
+INSERT INTO {schema}_signals (namespace, name, data, idempotency_key, run_id, delivered_to,
+    buffered, created_at, expires_at)
+SELECT :namespace, :name, :data, :idempotency_key, :run_id,
+    (SELECT json_group_array(id) FROM (
+        SELECT id FROM {schema}_runs WHERE claim_token = :token ORDER BY id)),
+    NOT EXISTS (SELECT 1 FROM {schema}_runs WHERE claim_token = :token),
+    now(), now() + :expires_s
+RETURNING delivered_to;
 UPDATE {schema}_runs SET
     wake_requested = (status = 'running'),
     status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
     available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END,
     updated_at = now(), claim_token = NULL
-WHERE claim_token = :token
-RETURNING id AS run_id, 0 AS notified;
-
--- name: insert_signal
-INSERT INTO {schema}_signals (namespace, name, data, idempotency_key, run_id, delivered_to,
-    buffered, created_at, expires_at)
-VALUES (:namespace, :name, :data, :idempotency_key, :run_id, :delivered_to, :buffered, now(),
-    now() + :expires_s)
-RETURNING id;
+WHERE claim_token = :token;
 
 -- name: take_signal
 UPDATE {schema}_signals SET consumed_by = :run_id, consumed_at = now()

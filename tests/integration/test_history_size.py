@@ -1,0 +1,116 @@
+"""A worker's statements read the rows of the runs they work on, not the whole history: a
+table of finished runs does not slow it down. Rows read are counted by PostgreSQL itself
+(pg_stat_user_tables), so a plan that walks every run shows whatever its speed."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import psycopg
+
+from durably import Durably
+from tests.helpers import duration, eventually
+
+SCHEMA = "history"
+FINISHED = 20_000  # a third of them children of the others
+RUNS = 10  # parents, each with a child, beside as many signal waits
+
+
+async def _double(x: int) -> int:
+    return 2 * x
+
+
+async def _one(conn: psycopg.AsyncConnection[Any], query: str, *params: Any) -> Any:
+    row = await (await conn.execute(query, params)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _app(url: str) -> Durably:
+    app = Durably(url, schema=SCHEMA)
+
+    @app.workflow(name="child")
+    async def child(ctx: Any, x: int) -> int:
+        return int(await ctx.step.run("double", _double, x))
+
+    @app.workflow(name="parent")
+    async def parent(ctx: Any, x: int) -> int:
+        y = await ctx.step.run("double", _double, x)
+        return int(await ctx.step.run_workflow(child, y))
+
+    @app.workflow(name="waiter")
+    async def waiter(ctx: Any, topic: str) -> Any:
+        return await ctx.step.wait_for_signal(topic, timeout=duration(60))
+
+    return app
+
+
+async def _rows_read(conn: psycopg.AsyncConnection[Any]) -> int:
+    """Rows read from runs and step_attempts so far, once every other session of the
+    database has ended (a session's counts reach the statistics when it ends)."""
+
+    async def alone() -> bool:
+        others = await _one(
+            conn,
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        return bool(others == 0)
+
+    await eventually(alone, what="the app's sessions to end")
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
+    read = await _one(
+        conn, "SELECT sum(seq_tup_read + coalesce(idx_tup_fetch, 0)) FROM pg_stat_user_tables"
+        " WHERE schemaname = %s AND relname IN ('runs', 'step_attempts')", SCHEMA,
+    )  # fmt: skip
+    return int(read)
+
+
+async def _fill(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute(f"""
+        INSERT INTO {SCHEMA}.runs (id, namespace, workflow, version, status, input, output,
+            attempts, created_at, started_at, finished_at, parent_run_id)
+        SELECT 'done-' || g, 'default', 'parent', 'v1', 'completed', '1', '2', 1,
+               now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour',
+               CASE WHEN g % 3 = 0 THEN 'done-' || (g - 1) END
+        FROM generate_series(1, {FINISHED}) g""")
+    await conn.execute(f"""
+        INSERT INTO {SCHEMA}.step_attempts (run_id, position, attempt, step, kind, status,
+            final, fence, output, started_at, finished_at, seq)
+        SELECT 'done-' || g, 1, 1, 'double', 'function', 'completed', true, 1, '2',
+               now() - interval '1 hour', now() - interval '1 hour', 1
+        FROM generate_series(1, {FINISHED}) g""")
+    await conn.execute(f"ANALYZE {SCHEMA}.runs")
+    await conn.execute(f"ANALYZE {SCHEMA}.step_attempts")
+
+
+async def test_a_worker_reads_only_the_runs_it_works_on(pg_url: str) -> None:
+    app = _app(pg_url)
+    async with app:
+        pass  # the schema
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await _fill(conn)
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        before = await _rows_read(conn)
+        app = _app(pg_url)
+        async with app, app.worker(concurrency=10):
+            waiting = [await app.start("waiter", f"topic-{i}") for i in range(RUNS)]
+            parents = [await app.start("parent", i) for i in range(RUNS)]
+            for k, handle in enumerate(parents):
+                assert await handle.result(timeout=duration(30)) == 4 * k
+            for handle in waiting:
+                await eventually(partial(_waiting, handle), what="the wait to park")
+            for i in range(RUNS):
+                await app.send_signal(f"topic-{i}", i)
+            for i, handle in enumerate(waiting):
+                assert await handle.result(timeout=duration(30)) == i
+        read = await _rows_read(conn) - before
+    # About 3 runs and 4 attempts a run are worked on: a statement that walked the
+    # history once would read FINISHED rows by itself.
+    ran = 3 * RUNS
+    assert read < FINISHED / 4, f"{read} rows read to run {ran} runs beside {FINISHED} finished"
+
+
+async def _waiting(handle: Any) -> bool:
+    return bool(await handle.status() == "waiting")
