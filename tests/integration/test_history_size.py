@@ -4,6 +4,7 @@ table of finished runs does not slow it down. Rows read are counted by PostgreSQ
 
 from __future__ import annotations
 
+import re
 from functools import partial
 from typing import Any
 
@@ -114,3 +115,44 @@ async def test_a_worker_reads_only_the_runs_it_works_on(pg_url: str) -> None:
 
 async def _waiting(handle: Any) -> bool:
     return bool(await handle.status() == "waiting")
+
+
+# Statements that list or count for an operator (their cost is the answer's size) and those
+# that read the small tables (workers, queues, signals by name) may read whole tables.
+OPERATOR = {"list_runs", "metrics", "find_runs_by_prefix", "list_signals", "purge_signals",
+            "list_workers", "worker_gone", "list_tables"}  # fmt: skip
+HISTORY = ("_runs", "_step_attempts", "_signals")
+ALIAS = re.compile(r"durably(?:_runs|_step_attempts|_signals)\b\s+(?:AS\s+)?([a-z]\w*)")
+
+
+def test_no_sqlite_statement_of_the_engine_reads_a_whole_history_table(tmp_path: Any) -> None:
+    """SQLite's plans do not depend on the data: every engine statement's plan is checked
+    for a scan of runs, step attempts or signals (not a search by index)."""
+    import asyncio
+    import sqlite3
+
+    from durably.backends import _queries
+
+    path = tmp_path / "plans.db"
+
+    async def create() -> None:
+        async with Durably(f"sqlite:///{path}"):
+            pass
+
+    asyncio.run(create())
+    conn = sqlite3.connect(path)
+    conn.create_function("now", 0, lambda: 0.0)
+    scans = []
+    for name, statements in _queries.load("durably.backends.sqlite", "named").items():
+        if name in OPERATOR:
+            continue
+        for statement in statements:
+            sql = statement.replace("{schema}", "durably")
+            params = dict.fromkeys(re.findall(r":(\w+)", sql))
+            # The tables, and their aliases (lower case; the SQL's own words are upper case).
+            tables = {f"durably{t}" for t in HISTORY} | set(ALIAS.findall(sql))
+            for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params):
+                words = row[3].split()
+                if words[0] == "SCAN" and words[1] in tables and "VIRTUAL" not in words:
+                    scans.append(f"{name}: {row[3]}")
+    assert not scans, scans

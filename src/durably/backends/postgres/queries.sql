@@ -612,11 +612,13 @@ WITH v AS (
         output jsonb, error jsonb, compensable boolean, elapsed_s float8,
         workflow_attempt integer, seq integer, wake_s float8)
 ), lease AS (
-    SELECT r.id, r.fence, r.status FROM {schema}.runs r
-    WHERE r.id IN (SELECT run_id FROM v) AND r.worker_id = :worker_id
-      AND r.lease_expires_at > now() AND (r.status = 'running' OR r.compensating)
-    ORDER BY r.id
-    FOR KEY SHARE
+    -- Each run looked up by its id, in id order (see finish_many's `locked`).
+    SELECT r.* FROM (SELECT DISTINCT run_id FROM v ORDER BY run_id) i CROSS JOIN LATERAL (
+        SELECT r.id, r.fence, r.status FROM {schema}.runs r
+        WHERE r.id = i.run_id AND r.worker_id = :worker_id
+          AND r.lease_expires_at > now() AND (r.status = 'running' OR r.compensating)
+        OFFSET 0 FOR KEY SHARE
+    ) r
 ), ins AS (
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
     compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,

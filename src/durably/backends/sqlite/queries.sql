@@ -128,7 +128,8 @@ SELECT (SELECT min(n.next_at) FROM (
 
 -- name: heartbeat
 UPDATE {schema}_runs SET lease_expires_at = now() + :lease, available_at = now() + :lease
-WHERE worker_id = :worker_id AND lease_expires_at > now() AND (status = 'running' OR compensating)
+WHERE id IN (SELECT value FROM json_each(:ids))  -- looked up: not a scan of runs
+  AND worker_id = :worker_id AND lease_expires_at > now() AND (status = 'running' OR compensating)
   AND EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
               WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence)
 RETURNING id, status, wake_requested;
@@ -256,7 +257,8 @@ RETURNING id, 0 AS notified;
 -- The ends of several runs held by one worker, as one group commit (see the PostgreSQL
 -- twin): each run ended as `finish_run` ends one; the ids returned are the runs ended.
 UPDATE {schema}_runs SET claim_token = :token
-WHERE worker_id = :worker_id AND lease_expires_at > now()
+WHERE id IN (SELECT value ->> 'run_id' FROM json_each(:ends))  -- looked up: not a scan
+  AND worker_id = :worker_id AND lease_expires_at > now()
   AND (status = 'running' OR compensating)
   AND EXISTS (
     SELECT 1 FROM json_each(:ends) e
@@ -403,7 +405,8 @@ WHERE type = 'table' AND name LIKE :schema || '\_%' ESCAPE '\' ORDER BY name;
 
 -- name: check_held
 SELECT id, status, wake_requested FROM {schema}_runs
-WHERE EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
+WHERE id IN (SELECT value FROM json_each(:ids))  -- looked up: not a scan of runs
+  AND EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
               WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence)
   AND worker_id = :worker_id AND (status = 'running' OR compensating);
 
@@ -469,7 +472,8 @@ ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     seq = excluded.seq, wake_at = excluded.wake_at
 WHERE {schema}_step_attempts.status <> 'completed'
 RETURNING run_id, position, attempt,
-    (SELECT r.status FROM {schema}_runs r WHERE r.id = run_id) AS run_status;
+    -- CAST: a bare column of RETURNING is compared without the index (a scan of runs).
+    (SELECT r.status FROM {schema}_runs r WHERE r.id = CAST(run_id AS TEXT)) AS run_status;
 
 -- name: abandon_wait
 -- See the PostgreSQL twin: the wait ends canceled, a delivered signal goes back.
