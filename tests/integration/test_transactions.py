@@ -211,3 +211,26 @@ async def test_a_workflow_retry_runs_a_failed_step_again(db_url: str) -> None:
     assert len(calls) == 3
     assert steps == [("before", "completed"), ("flaky", "failed"), ("flaky", "failed"),
                      ("flaky", "completed")]  # fmt: skip
+
+
+async def _plan_cache_mode(conn: Any) -> str:
+    row = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+    return str(row[0])
+
+
+async def test_a_transaction_body_plans_as_the_server_is_set_to(pg_url: str) -> None:
+    """The engine plans its own statements once (generic plans on its connections); a
+    `step.transaction` body's statements are planned as the database says, whatever it says."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        name = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        conn.execute(f'ALTER DATABASE "{name}" SET plan_cache_mode = force_custom_plan')
+    app = Durably(pg_url)
+
+    @app.workflow(name="plans")
+    async def plans(ctx: Any) -> list[str]:
+        first = await ctx.step.transaction("first", _plan_cache_mode)
+        again = await ctx.step.transaction("again", _plan_cache_mode)
+        return [first, again]
+
+    async with app, app.worker():
+        assert await (await plans.start()).result(timeout=scaled(10)) == ["force_custom_plan"] * 2

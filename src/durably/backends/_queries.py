@@ -1,7 +1,8 @@
 """Named SQL queries, loaded once from a dialect's packaged `queries.sql`.
 
 A file holds blocks that start with `-- name: NAME`; parameters are written `:name` and
-translated to the driver's style here, so the SQL files stay readable and alike.
+translated to the driver's style here, so the SQL files stay readable and alike. A block
+may carry a marker line for its connector (`-- plan: each call`, see `marked`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ def load(package: str, style: str) -> dict[str, list[str]]:
         queries[name] = [part.strip() for part in body.split(";\n") if part.strip()]
         queries[name][-1] = queries[name][-1].rstrip(";")
     return queries
+
+
+def marked(package: str, marker: str) -> set[str]:
+    """The names of the queries of `package`/queries.sql that hold the line `-- marker`."""
+    text = resources.files(package).joinpath("queries.sql").read_text()
+    parts = _HEADER.split(text)
+    return {name for name, body in zip(parts[1::2], parts[2::2], strict=True)
+            if f"-- {marker}" in body.splitlines()}  # fmt: skip
 
 
 def migrations(package: str) -> list[tuple[int, str, str]]:

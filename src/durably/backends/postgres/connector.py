@@ -24,6 +24,7 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, LiteralString, NoReturn, TypeVar
 
 import psycopg
@@ -48,6 +49,10 @@ def _json_as_text(data: str | bytes) -> str:
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(_json_as_text, conn)
+    # The engine's statements are few, run all the time, and fit one plan each: planned
+    # once (PostgreSQL would plan some of them again for every call, 0.3-0.5 ms each).
+    # A `step.transaction` body gets the server's own setting back (`_body_transaction`).
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
 
 
 # Connection defaults a URL may override: notice a dead peer in about 20 s, not hours.
@@ -111,13 +116,21 @@ def _raise_classified(exc: psycopg.Error) -> NoReturn:
     raise translated from exc
 
 
+@dataclass(frozen=True)
+class Queries:
+    """The named queries rendered for one schema, and those planned each call."""
+
+    sql: dict[str, list[LiteralString]]
+    each_call: frozenset[str]
+
+
 class PgTx:
     """A transaction on one connection (ours, or the caller's)."""
 
     def __init__(
         self,
         conn: Any,
-        queries: dict[str, list[LiteralString]],
+        queries: Queries,
         external: bool = False,
         pipeline: psycopg.AsyncPipeline | None = None,
     ) -> None:
@@ -125,6 +138,13 @@ class PgTx:
         self._queries = queries
         self._external = external
         self._pipeline = pipeline
+
+    def _prepare(self, query: str) -> bool | None:
+        """Prepared on first use, but on the caller's connection (psycopg's own rule) and
+        for a query planned with its parameters each call (`-- plan: each call`)."""
+        if self._external:
+            return None
+        return query not in self._queries.each_call
 
     @property
     def connection(self) -> Any:
@@ -145,22 +165,19 @@ class PgTx:
         if self._pipeline is None:
             return Fetched(await self.fetch(query, **params))
         cursors = []
-        for statement in self._queries[query]:  # queued: nothing waits for the server
+        for statement in self._queries.sql[query]:  # queued: nothing waits for the server
             cur = self._conn.cursor(row_factory=dict_row)
-            await cur.execute(statement, params, prepare=True)
+            await cur.execute(statement, params, prepare=self._prepare(query))
             cursors.append(cur)
         return _Queued(cursors, self._pipeline)
 
     async def _fetch(self, query: str, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = []
-        for statement in self._queries[query]:
+        for statement in self._queries.sql[query]:
             cur = self._conn.cursor(row_factory=dict_row)
             if self._external:  # the caller's connection: leave its own loaders alone
                 set_json_loads(_json_as_text, cur)
-            # The engine's statements are few and run all the time: prepared on first use
-            # (parsing and planning them again took most of their server time); the
-            # caller's connection keeps psycopg's own rule.
-            result = cur.execute(statement, params, prepare=None if self._external else True)
+            result = cur.execute(statement, params, prepare=self._prepare(query))
             if isinstance(self._conn, psycopg.AsyncConnection):
                 await result
                 if self._pipeline is not None:  # what was queued goes now, with this
@@ -194,6 +211,13 @@ class _Queued:
         return rows
 
 
+async def _roll_back(conn: psycopg.AsyncConnection[Any]) -> None:
+    """End a transaction of ours that failed, if the connection is still in it."""
+    if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        with contextlib.suppress(psycopg.Error):
+            await conn.execute("ROLLBACK")
+
+
 @contextlib.asynccontextmanager
 async def _pipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycopg.AsyncPipeline]:
     """A transaction in pipeline mode whose BEGIN goes with the first statement and whose
@@ -205,10 +229,22 @@ async def _pipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycop
             yield pipeline
             await conn.execute("COMMIT")  # sent, and its answer read, as the pipeline ends
     except BaseException:
-        if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
-            with contextlib.suppress(psycopg.Error):
-                await conn.execute("ROLLBACK")
+        await _roll_back(conn)
         raise
+
+
+@contextlib.asynccontextmanager
+async def _body_transaction(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """A transaction for a `step.transaction` body: the user's statements are planned as
+    the server is set to plan them, not as the engine's are (`_configure`); its BEGIN
+    says so in the same round trip."""
+    await conn.execute("BEGIN; SET LOCAL plan_cache_mode TO DEFAULT")
+    try:
+        yield
+    except BaseException:
+        await _roll_back(conn)
+        raise
+    await conn.execute("COMMIT")
 
 
 class PostgresConnector:
@@ -224,7 +260,7 @@ class PostgresConnector:
         self._pool_size = pool_size
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._lease_pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
-        self._queries: dict[str, list[LiteralString]] = {}
+        self._queries = Queries({}, frozenset())
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -258,12 +294,13 @@ class PostgresConnector:
         await pool.open()
         return pool
 
-    def _render(self, conn: psycopg.AsyncConnection[Any]) -> dict[str, list[LiteralString]]:
+    def _render(self, conn: psycopg.AsyncConnection[Any]) -> Queries:
         schema = sql.Identifier(self.schema)
+        package = __package__ or ""
         rendered = {}
-        for name, statements in _queries.load(__package__ or "", "pyformat").items():
+        for name, statements in _queries.load(package, "pyformat").items():
             rendered[name] = [sql.SQL(s).format(schema=schema).as_string(conn) for s in statements]
-        return rendered
+        return Queries(rendered, frozenset(_queries.marked(package, "plan: each call")))
 
     async def close(self) -> None:
         self._closed = True
@@ -325,7 +362,7 @@ class PostgresConnector:
                     async with _pipelined(conn) as pipeline:
                         yield PgTx(conn, self._queries, pipeline=pipeline)
                 else:
-                    async with conn.transaction():
+                    async with _body_transaction(conn):
                         yield PgTx(conn, self._queries)
         except psycopg.Error as exc:  # the engine's statements, the commit, or the body's
             await self._raise_for(exc)
@@ -391,7 +428,7 @@ class PostgresConnector:
         assert self._pool is not None
         return self._pool
 
-    async def _ensure_queries(self) -> dict[str, list[LiteralString]]:
+    async def _ensure_queries(self) -> Queries:
         await self._ensure_pool()
         return self._queries
 

@@ -4,6 +4,9 @@
 -- it takes FOR KEY SHARE on the run row so that no claim (FOR UPDATE) can bump the fence
 -- before it commits, while heartbeats and cancels (plain updates) are not held up by a
 -- long `step.transaction`.
+-- The engine's statements are prepared and planned once, generically (see the connector);
+-- `-- plan: each call` marks the few whose plan depends on their parameters (optional
+-- filters, cut-off times): they are planned with them every time.
 
 -- name: insert_run
 WITH ins AS (
@@ -41,6 +44,7 @@ SELECT * FROM {schema}.runs WHERE id = :run_id FOR SHARE;
 SELECT * FROM {schema}.runs WHERE id = :run_id FOR NO KEY UPDATE;
 
 -- name: list_runs
+-- plan: each call
 SELECT * FROM {schema}.runs
 WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:workflow AS text) IS NULL OR workflow = :workflow)
@@ -52,6 +56,7 @@ ORDER BY created_at DESC, id
 LIMIT :limit OFFSET :offset;
 
 -- name: list_due
+-- plan: each call
 SELECT * FROM {schema}.runs
 WHERE available_at <= now() AND status IN ('pending', 'waiting', 'running')
 ORDER BY available_at
@@ -576,6 +581,7 @@ RETURNING id;
 SELECT * FROM {schema}.workers ORDER BY started_at;
 
 -- name: list_stuck
+-- plan: each call
 SELECT r.* FROM {schema}.runs r
 WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
   AND (r.available_at <= now() - :grace_s * interval '1 second'
@@ -939,6 +945,7 @@ WHERE run_id = :run_id AND kind = 'event' AND status = 'completed'
 ORDER BY step, id DESC;
 
 -- name: list_signals
+-- plan: each call
 SELECT id, name, data::text AS data, created_at, expires_at, consumed_by, buffered,
     delivered_to::text AS delivered_to
 FROM {schema}.signals
@@ -952,6 +959,7 @@ LIMIT :limit;
 DELETE FROM {schema}.signals WHERE namespace = :namespace AND id = :id RETURNING id;
 
 -- name: purge_pick
+-- plan: each call
 -- The next batch of finished runs to purge, oldest first; a child whose parent still runs
 -- is kept (the parent may yet read its result). Locked rows are passed over.
 SELECT r.id FROM {schema}.runs r
@@ -978,6 +986,7 @@ RETURNING id;
 DELETE FROM {schema}.runs WHERE id = ANY(CAST(:ids AS text[])) RETURNING id;
 
 -- name: purge_signals
+-- plan: each call
 -- Signals no run will consume: delivered at send time (kept for their idempotency key),
 -- or expired while buffered; older than the cut-off.
 DELETE FROM {schema}.signals WHERE id IN (
