@@ -194,7 +194,8 @@ RETURNING wake_at;
 
 -- name: record_finish
 -- A completed record is never overwritten: a late failure or cancel of the same attempt
--- (e.g. after a lost COMMIT reply) leaves it alone and returns nothing.
+-- (e.g. after a lost COMMIT reply) leaves it alone and returns nothing. A `:signal` is one
+-- a wait took from the buffer at once: delivered to it now.
 WITH lease AS (
     SELECT 1 FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
@@ -203,11 +204,12 @@ WITH lease AS (
 )
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
     compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
-    seq, wake_at)
+    seq, wake_at, signal, delivered_at)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
     :worker_id, CAST(:output AS jsonb), CAST(:error AS jsonb),
     now() - CAST(:elapsed_s AS float8) * interval '1 second', now(), :workflow_attempt,
-    :seq, CAST(:wake_at AS timestamptz)
+    :seq, CAST(:wake_at AS timestamptz), CAST(:signal AS text),
+    CASE WHEN CAST(:signal AS text) IS NOT NULL THEN now() END
 FROM lease
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, final = excluded.final, compensable = excluded.compensable,
@@ -264,6 +266,18 @@ UPDATE {schema}.runs SET
     worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
+RETURNING id, resumes::text AS resumes;
+
+-- name: give_back_signal
+-- A completed signal wait the run's next workflow attempt will not replay (see
+-- `RunEnds.retry_run`, whose transaction this runs in, after the fenced `retry_run`): the
+-- signal it took goes back to the run's own buffer. A wait that took one has it delivered
+-- (`delivered_at`, kept when the wait ends); one that timed out has not.
+INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
+SELECT r.namespace, a.signal, a.output, a.run_id, true, true
+FROM {schema}.step_attempts a JOIN {schema}.runs r ON r.id = a.run_id
+WHERE a.run_id = :run_id AND a.position = :position AND a.attempt = :attempt
+  AND a.kind = 'signal-wait' AND a.status = 'completed' AND a.delivered_at IS NOT NULL
 RETURNING id;
 
 -- name: finish_run
@@ -541,7 +555,7 @@ WHERE id = (
     SELECT id FROM {schema}.signals
     WHERE namespace = :namespace AND name = :name AND buffered AND consumed_at IS NULL
       AND (run_id IS NULL OR run_id = :run_id) AND (expires_at IS NULL OR expires_at > now())
-    ORDER BY id LIMIT 1 FOR UPDATE
+    ORDER BY given_back DESC, id LIMIT 1 FOR UPDATE  -- what it got back first (see 0010)
 )
 RETURNING data;
 
@@ -649,8 +663,8 @@ WITH lease AS (
     WHERE a.id = old.id AND EXISTS (SELECT 1 FROM lease)
     RETURNING a.kind, a.signal, a.output, old.delivered_at
 ), back AS (
-    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered)
-    SELECT lease.namespace, gone.signal, gone.output, :run_id, true FROM gone, lease
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
+    SELECT lease.namespace, gone.signal, gone.output, :run_id, true, true FROM gone, lease
     WHERE gone.kind = 'signal-wait' AND gone.delivered_at IS NOT NULL
     RETURNING id
 )
@@ -871,8 +885,8 @@ WITH resumed AS (
       AND a.delivered_at IS NOT NULL
     RETURNING resumed.namespace, a.signal, a.output, a.run_id
 ), back AS (
-    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered)
-    SELECT namespace, signal, output, run_id, true FROM unread
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
+    SELECT namespace, signal, output, run_id, true, true FROM unread
     RETURNING id
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM resumed
