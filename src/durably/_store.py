@@ -431,6 +431,13 @@ class Store(RunEnds):
         if not rows or not rows[0]["held"]:
             raise LeaseLostError(f"lost the lease on run {lease.run_id}")
 
+    async def give_back_signal(self, lease: Lease, position: int, seq: int) -> None:
+        """The workflow stopped awaiting the signal wait at `position` after it ended (as log
+        entry `seq`): the signal it took, if any, goes back to the run's buffer, once."""
+        rows = await self.db.fetch("give_back_signal", **lease.params(), position=position, seq=seq)
+        if not rows or not rows[0]["held"]:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id}")
+
     async def lock_signal(self, tx: Tx, name: str) -> None:
         """Serialize with every send and wait on `name` until `tx` ends."""
         await tx.send("lock_signal", namespace=self.namespace, name=name)

@@ -266,19 +266,31 @@ UPDATE {schema}.runs SET
     worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
-RETURNING id, resumes::text AS resumes;
+RETURNING id;
 
 -- name: give_back_signal
--- A completed signal wait the run's next workflow attempt will not replay (see
--- `RunEnds.retry_run`, whose transaction this runs in, after the fenced `retry_run`): the
--- signal it took goes back to the run's own buffer. A wait that took one has it delivered
--- (`delivered_at`, kept when the wait ends); one that timed out has not.
-INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
-SELECT r.namespace, a.signal, a.output, a.run_id, true, true
-FROM {schema}.step_attempts a JOIN {schema}.runs r ON r.id = a.run_id
-WHERE a.run_id = :run_id AND a.position = :position AND a.attempt = :attempt
-  AND a.kind = 'signal-wait' AND a.status = 'completed' AND a.delivered_at IS NOT NULL
-RETURNING id;
+-- A signal wait that ended, but whose signal the workflow will not receive (the workflow
+-- stopped awaiting it, or a workflow retry's cut drops it): the signal goes back to the
+-- run's own buffer, once. A wait holds a signal while `delivered_at` is set (when one was
+-- delivered to it or it took one from the buffer; a wait that timed out holds none): it is
+-- cleared here, as `abandon_wait` clears it. The wait is named by its place in the log.
+WITH lease AS (
+    SELECT namespace FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND status = 'running'
+    FOR KEY SHARE
+), gone AS (
+    UPDATE {schema}.step_attempts a SET delivered_at = NULL
+    WHERE a.run_id = :run_id AND a.position = :position AND a.seq = :seq
+      AND a.kind = 'signal-wait' AND a.status = 'completed' AND a.delivered_at IS NOT NULL
+      AND EXISTS (SELECT 1 FROM lease)
+    RETURNING a.signal, a.output
+), back AS (
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
+    SELECT lease.namespace, gone.signal, gone.output, :run_id, true, true FROM gone, lease
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS returned;
 
 -- name: finish_run
 -- The run's end. Step records not yet durable ride along (`:batch`, as for record_many;

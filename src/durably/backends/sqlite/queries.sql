@@ -213,16 +213,26 @@ UPDATE {schema}_runs SET
     worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
-RETURNING id, resumes;
+RETURNING id;
 
 -- name: give_back_signal
--- See the PostgreSQL twin.
+-- See the PostgreSQL twin: the signal a wait holds goes back, once.
 INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at)
-SELECT r.namespace, a.signal, a.output, a.run_id, 1, 1, now()
+SELECT r.namespace, a.signal, a.output, :run_id, 1, 1, now()
 FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
-WHERE a.run_id = :run_id AND a.position = :position AND a.attempt = :attempt
+WHERE a.run_id = :run_id AND a.position = :position AND a.seq = :seq
   AND a.kind = 'signal-wait' AND a.status = 'completed' AND a.delivered_at IS NOT NULL
-RETURNING id;
+  AND r.fence = :fence AND r.worker_id = :worker_id AND r.lease_expires_at > now()
+  AND r.status = 'running';
+UPDATE {schema}_step_attempts SET delivered_at = NULL
+WHERE run_id = :run_id AND position = :position AND seq = :seq AND kind = 'signal-wait'
+  AND status = 'completed' AND delivered_at IS NOT NULL
+  AND EXISTS (SELECT 1 FROM {schema}_runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND status = 'running');
+SELECT count(*) AS held FROM {schema}_runs
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id AND lease_expires_at > now()
+  AND status = 'running';
 
 -- name: finish_run
 -- The run's end (see the PostgreSQL twin): records not yet durable ride along, leftover
