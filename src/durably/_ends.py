@@ -1,14 +1,17 @@
 """How a run's end is written: alone (`finish_run`, with its children in one transaction)
-or by group commit with other runs' ends (`finish_many`); and what a refused end means."""
+or by group commit with other runs' ends (`finish_many`); and what a refused end means.
+Also the end of a failed workflow attempt that is retried (`retry_run`)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from ._codec import encode
 from ._errors import LeaseLostError
 from ._records import Lease, PendingStep, RunEnd
+from ._replay import cut_signal_waits
 from .backends import Connector, Row
 
 
@@ -78,3 +81,26 @@ class RunEnds:
             self.db.notify_local(f"cancel:{row['id']}")
         self.db.notify_local("run")
         return True
+
+    async def retry_run(
+        self, lease: Lease, error: dict[str, Any], delay_s: float, resumes: Iterable[int] = ()
+    ) -> None:
+        """End a failed workflow attempt and make the run due again in `delay_s` (`resumes`:
+        the run's, as claimed).
+
+        The next attempt replays only what came before the first step that failed for good
+        (`_replay.History`): a signal that a wait after it took goes back to the run's own
+        buffer, in this transaction, so the wait running again receives it. Committed with
+        the retry or not at all, it is given back exactly once.
+        """
+        async with self.db.transaction() as tx:
+            entries = await tx.fetch("log_rows", run_id=lease.run_id)
+            for wait in cut_signal_waits(entries, lease.workflow_attempt, resumes):
+                await tx.send(
+                    "give_back_signal", **lease.params(), position=wait.position, seq=wait.seq
+                )
+            rows = await tx.fetch(
+                "retry_run", **lease.params(), error=encode(error, "error"), delay_s=delay_s
+            )
+            if not rows:  # nothing of this transaction is committed
+                raise LeaseLostError(f"lost the lease on run {lease.run_id}")

@@ -282,7 +282,9 @@ class Execution(RunLog, LiveWaits, Lifecycles):
                 if cmd.compensate is not None:
                     cmd.value = value
                     self.compensations.append((rec.seq or 0, cmd))
-                self._resolve(cmd, Outcome(value=value))
+                received = self._resolve(cmd, Outcome(value=value))
+                if not received and rec.kind == "signal-wait" and rec.delivered:
+                    self.give_back(cmd, rec.seq or 0)  # the claim that recorded it did not
             else:
                 self._resolve(cmd, Outcome(error=error_for(rec)))
 
@@ -362,7 +364,8 @@ class Execution(RunLog, LiveWaits, Lifecycles):
             log.warning("run %s: attempt %d failed (%s); retrying in %gs",
                         self.run_id, attempts, error, delay)  # fmt: skip
             self.concluded = True
-            await self.store.retry_run(self.lease, describe(error), delay)
+            resumes = decode(self.row.get("resumes")) or ()
+            await self.store.retry_run(self.lease, describe(error), delay, resumes)
             self.on_park(delay)
             return
         log.warning("run %s failed: %s", self.run_id, error)

@@ -1,7 +1,8 @@
 """Waits while a run executes: a sleep, a time-out or a retry back-off fires on time beside
 bodies that are still working; a signal or a child's end that arrives meanwhile is picked
 up (`poke`); a wait the workflow stopped awaiting (a `wait_first` loser) ends, giving back
-a signal already delivered to it. When nothing but waits is left, the run parks instead.
+a signal already delivered to it, or taken by it if it ended too. When nothing but waits
+is left, the run parks instead.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class LiveWaits:
     now: Callable[[], Any]
     _spawn: Callable[[Command, Coroutine[Any, Any, None]], None]
     _home_loop: Callable[[], asyncio.AbstractEventLoop]
+    _durable_through: Callable[[int], Coroutine[Any, Any, None]]
 
     def _arm(self, cmd: Command) -> None:
         """A command waits: take it up again at its wake time if this claim still runs
@@ -75,6 +77,22 @@ class LiveWaits:
             if cmd.timer is not None:
                 cmd.timer.cancel()
             self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
+
+    def give_back(self, cmd: Command, seq: int) -> None:
+        """The workflow stopped awaiting signal wait `cmd` after it ended (log entry `seq`):
+        the signal it took goes back to the run's buffer, once its record is durable. Both
+        waits of a `wait_first` may end before the workflow sees the first."""
+        if not self.collect_only:
+            self._spawn(cmd, self._give_back(cmd, seq))
+
+    async def _give_back(self, cmd: Command, seq: int) -> None:
+        try:
+            await self._durable_through(seq)
+            if self.stop is None and self.fatal is None:  # else the next claim's replay does
+                await self.store.give_back_signal(self.lease, cmd.position, seq)
+        except Exception as exc:
+            if not self.concluded:
+                self.halt(Stop(f"{type(exc).__name__}: {exc}"))
 
     async def _abandon(self, cmd: Command, attempt: int) -> None:
         try:

@@ -50,7 +50,10 @@ class PendingStep:
     """A step attempt's end, to be recorded (alone or by group commit).
 
     `seq` is set when the record resolves the step for the workflow (the next entry of the
-    run's log); `wake_at`, on a failure that will be retried, is when.
+    run's log); `wake_at`, on a failure that will be retried, is when. `signal`: a buffered
+    signal a wait took at once (this is the wait's first record): recorded as delivered to
+    it, as a signal sent to a waiting wait is, so a workflow retry can give it back
+    (`RunEnds.retry_run`). Only a record written alone has one.
     """
 
     position: int
@@ -65,6 +68,7 @@ class PendingStep:
     elapsed_s: float = 0.0
     wake_at: datetime | None = None
     seq: int | None = None
+    signal: str | None = None
 
     def params(self) -> dict[str, Any]:
         return {
@@ -73,6 +77,7 @@ class PendingStep:
             "error": encode(self.error, "error") if self.error else None,
             "final": self.final, "compensable": self.compensable,
             "elapsed_s": self.elapsed_s, "seq": self.seq, "wake_at": self.wake_at,
+            "signal": self.signal,
         }  # fmt: skip
 
     def batch_entry(self, lease: Lease) -> str:

@@ -86,7 +86,8 @@ class History:
     how it began:
     - a workflow retry keeps the completed results up to the first step that failed for good,
       in log order; everything after it may have depended on that failure, so those steps
-      run again (with a fresh retry budget) if the code calls them;
+      run again (with a fresh retry budget) if the code calls them; a signal a wait among
+      them took goes back to the run's buffer for them (`cut_signal_waits`);
     - a resume (`app.resume`, listed in the run's `resumes`) keeps everything the workflow
       received: every completed result, and the failures too, as *tentative* ones. Replay
       hands a tentative failure back only where the code needs it to reach a completed step
@@ -181,22 +182,49 @@ class History:
         return {-pos - 1 for pos, rec in self._latest.items() if pos < 0 and rec.completed}
 
 
+def cut_signal_waits(
+    entries: list[dict[str, Any]], workflow_attempt: int, resumes: Iterable[int]
+) -> list[Recorded]:
+    """The completed signal waits that workflow attempt `workflow_attempt` ended with and a
+    workflow retry's cut drops, in log order: each took a signal the next attempt does not
+    replay, so its wait would wait for that signal again (see `RunEnds.retry_run`)."""
+    rows = [Recorded.from_entry(e) for e in entries]
+    ended = _ended_with(_view(rows, workflow_attempt, set(resumes)), rows, workflow_attempt)
+    kept = _cut(ended)
+    dropped = (r for p, r in ended.items() if p not in kept and p >= 0)
+    return sorted(
+        (r for r in dropped if r.kind == "signal-wait" and r.completed and r.resolves),
+        key=lambda r: r.seq or 0,
+    )
+
+
 def _view(rows: list[Recorded], workflow_attempt: int, resumes: set[int]) -> dict[int, Recorded]:
     """The records attempt `workflow_attempt` starts from, by position (see `History`)."""
     view: dict[int, Recorded] = {}
     for k in range(1, workflow_attempt):
-        merged = dict(view)
-        for r in sorted((r for r in rows if r.workflow_attempt == k),
-                        key=lambda r: (r.position, r.attempt)):  # fmt: skip
-            merged[r.position] = r
+        ended = _ended_with(view, rows, k)
         if k + 1 in resumes:
-            view = {p: r for p, r in merged.items()
+            view = {p: r for p, r in ended.items()
                     if r.resolves or (p < 0 and r.completed)}  # fmt: skip
-            continue
-        failed = [
-            r.seq or 0 for p, r in merged.items() if p >= 0 and r.resolves and not r.completed
-        ]
-        cut = min(failed, default=None)
-        view = {p: r for p, r in merged.items() if p >= 0 and r.resolves and r.completed
-                and (cut is None or (r.seq or 0) < cut)}  # fmt: skip
+        else:
+            view = _cut(ended)
     return view
+
+
+def _ended_with(view: dict[int, Recorded], rows: list[Recorded], k: int) -> dict[int, Recorded]:
+    """What attempt `k` ended with, by position: the `view` it started from and its own
+    records (at each position the latest attempt wins)."""
+    ended = dict(view)
+    for r in sorted((r for r in rows if r.workflow_attempt == k),
+                    key=lambda r: (r.position, r.attempt)):  # fmt: skip
+        ended[r.position] = r
+    return ended
+
+
+def _cut(ended: dict[int, Recorded]) -> dict[int, Recorded]:
+    """What a workflow retry keeps of what an attempt `ended` with: the completed results
+    before the first step that failed for good, in log order."""
+    failed = [r.seq or 0 for p, r in ended.items() if p >= 0 and r.resolves and not r.completed]
+    cut = min(failed, default=None)
+    return {p: r for p, r in ended.items() if p >= 0 and r.resolves and r.completed
+            and (cut is None or (r.seq or 0) < cut)}  # fmt: skip

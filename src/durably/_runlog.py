@@ -63,6 +63,7 @@ class RunLog:
     fatal: BaseException | None
     stop: Any
     halt: Callable[[Any], None]
+    give_back: Callable[[Command, int], None]
 
     def _init_log(self, max_seq: int) -> None:
         self._seq = max_seq
@@ -207,12 +208,15 @@ class RunLog:
                 return
             cmd, outcome = self._outbox.pop(seq)
             self._delivered = seq
-            self._resolve(cmd, outcome)
+            if not self._resolve(cmd, outcome) and cmd.kind == "signal-wait":
+                self.give_back(cmd, seq)
 
-    def _resolve(self, cmd: Command, outcome: Outcome) -> None:
-        """Hand one result to the workflow and run it until it blocks again."""
+    def _resolve(self, cmd: Command, outcome: Outcome) -> bool:
+        """Hand one result to the workflow and run it until it blocks again; False if the
+        workflow stopped awaiting it (a `wait_first` loser) and will never receive it."""
         cmd.settled = True
-        if not cmd.future.done():
+        received = not cmd.future.done()
+        if received:
             if outcome.error is not None:
                 cmd.future.set_exception(outcome.error)
             else:
@@ -221,6 +225,7 @@ class RunLog:
                 except InvalidInput as exc:
                     cmd.future.set_exception(exc)
         self.loop.run_until_blocked()
+        return received
 
 
 def _typed(cmd: Command, value: Any) -> Any:

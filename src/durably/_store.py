@@ -349,7 +349,7 @@ class Store(RunEnds):
             if taken is not None:
                 await self.record_finish(lease, PendingStep(
                     position, attempt, step, "signal-wait", "completed",
-                    output_json=taken["data"], seq=seq,
+                    output_json=taken["data"], seq=seq, signal=signal,
                 ), tx)  # fmt: skip
                 return taken["data"] or "null", None
             wake_at = await self.record_start(
@@ -436,6 +436,13 @@ class Store(RunEnds):
         if not rows or not rows[0]["held"]:
             raise LeaseLostError(f"lost the lease on run {lease.run_id}")
 
+    async def give_back_signal(self, lease: Lease, position: int, seq: int) -> None:
+        """The workflow stopped awaiting the signal wait at `position` after it ended (as log
+        entry `seq`): the signal it took, if any, goes back to the run's buffer, once."""
+        rows = await self.db.fetch("give_back_signal", **lease.params(), position=position, seq=seq)
+        if not rows or not rows[0]["held"]:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id}")
+
     async def lock_signal(self, tx: Tx, name: str) -> None:
         """Serialize with every send and wait on `name` until `tx` ends."""
         await tx.send("lock_signal", namespace=self.namespace, name=name)
@@ -466,13 +473,6 @@ class Store(RunEnds):
     async def release(self, lease: Lease) -> None:
         await self.db.fetch("release", **lease.params())
         self.db.notify_local("run")
-
-    async def retry_run(self, lease: Lease, error: dict[str, Any], delay_s: float) -> None:
-        rows = await self.db.fetch(
-            "retry_run", **lease.params(), error=encode(error, "error"), delay_s=delay_s
-        )
-        if not rows:
-            raise LeaseLostError(f"lost the lease on run {lease.run_id}")
 
     async def get_attempt(self, run_id: str, position: int, attempt: int) -> Row | None:
         rows = await self.db.fetch("get_attempt", run_id=run_id, position=position, attempt=attempt)

@@ -199,7 +199,8 @@ RETURNING wake_at;
 
 -- name: record_finish
 -- A completed record is never overwritten: a late failure or cancel of the same attempt
--- (e.g. after a lost COMMIT reply) leaves it alone and returns nothing.
+-- (e.g. after a lost COMMIT reply) leaves it alone and returns nothing. A `:signal` is one
+-- a wait took from the buffer at once: delivered to it now.
 WITH lease AS (
     SELECT 1 FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
@@ -208,11 +209,12 @@ WITH lease AS (
 )
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
     compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
-    seq, wake_at)
+    seq, wake_at, signal, delivered_at)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
     :worker_id, CAST(:output AS jsonb), CAST(:error AS jsonb),
     now() - CAST(:elapsed_s AS float8) * interval '1 second', now(), :workflow_attempt,
-    :seq, CAST(:wake_at AS timestamptz)
+    :seq, CAST(:wake_at AS timestamptz), CAST(:signal AS text),
+    CASE WHEN CAST(:signal AS text) IS NOT NULL THEN now() END
 FROM lease
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, final = excluded.final, compensable = excluded.compensable,
@@ -270,6 +272,30 @@ UPDATE {schema}.runs SET
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
 RETURNING id;
+
+-- name: give_back_signal
+-- A signal wait that ended, but whose signal the workflow will not receive (the workflow
+-- stopped awaiting it, or a workflow retry's cut drops it): the signal goes back to the
+-- run's own buffer, once. A wait holds a signal while `delivered_at` is set (when one was
+-- delivered to it or it took one from the buffer; a wait that timed out holds none): it is
+-- cleared here, as `abandon_wait` clears it. The wait is named by its place in the log.
+WITH lease AS (
+    SELECT namespace FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND status = 'running'
+    FOR KEY SHARE
+), gone AS (
+    UPDATE {schema}.step_attempts a SET delivered_at = NULL
+    WHERE a.run_id = :run_id AND a.position = :position AND a.seq = :seq
+      AND a.kind = 'signal-wait' AND a.status = 'completed' AND a.delivered_at IS NOT NULL
+      AND EXISTS (SELECT 1 FROM lease)
+    RETURNING a.signal, a.output
+), back AS (
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
+    SELECT lease.namespace, gone.signal, gone.output, :run_id, true, true FROM gone, lease
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS returned;
 
 -- name: finish_run
 -- The run's end. Step records not yet durable ride along (`:batch`, as for record_many;
@@ -553,7 +579,7 @@ WHERE id = (
     SELECT id FROM {schema}.signals
     WHERE namespace = :namespace AND name = :name AND buffered AND consumed_at IS NULL
       AND (run_id IS NULL OR run_id = :run_id) AND (expires_at IS NULL OR expires_at > now())
-    ORDER BY id LIMIT 1 FOR UPDATE
+    ORDER BY given_back DESC, id LIMIT 1 FOR UPDATE  -- what it got back first (see 0010)
 )
 RETURNING data;
 
@@ -664,8 +690,8 @@ WITH lease AS (
     WHERE a.id = old.id AND EXISTS (SELECT 1 FROM lease)
     RETURNING a.kind, a.signal, a.output, old.delivered_at
 ), back AS (
-    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered)
-    SELECT lease.namespace, gone.signal, gone.output, :run_id, true FROM gone, lease
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
+    SELECT lease.namespace, gone.signal, gone.output, :run_id, true, true FROM gone, lease
     WHERE gone.kind = 'signal-wait' AND gone.delivered_at IS NOT NULL
     RETURNING id
 )
@@ -886,8 +912,8 @@ WITH resumed AS (
       AND a.delivered_at IS NOT NULL
     RETURNING resumed.namespace, a.signal, a.output, a.run_id
 ), back AS (
-    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered)
-    SELECT namespace, signal, output, run_id, true FROM unread
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
+    SELECT namespace, signal, output, run_id, true, true FROM unread
     RETURNING id
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM resumed

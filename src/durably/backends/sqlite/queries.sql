@@ -156,9 +156,10 @@ RETURNING wake_at;
 -- A completed record is never overwritten (see the PostgreSQL twin).
 INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, final,
     compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
-    seq, wake_at)
+    seq, wake_at, signal, delivered_at)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
-    :worker_id, :output, :error, now() - :elapsed_s, now(), :workflow_attempt, :seq, :wake_at
+    :worker_id, :output, :error, now() - :elapsed_s, now(), :workflow_attempt, :seq, :wake_at,
+    :signal, CASE WHEN :signal IS NOT NULL THEN now() END
 WHERE EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating))
@@ -214,6 +215,25 @@ UPDATE {schema}_runs SET
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
 RETURNING id;
+
+-- name: give_back_signal
+-- See the PostgreSQL twin: the signal a wait holds goes back, once.
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at)
+SELECT r.namespace, a.signal, a.output, :run_id, 1, 1, now()
+FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
+WHERE a.run_id = :run_id AND a.position = :position AND a.seq = :seq
+  AND a.kind = 'signal-wait' AND a.status = 'completed' AND a.delivered_at IS NOT NULL
+  AND r.fence = :fence AND r.worker_id = :worker_id AND r.lease_expires_at > now()
+  AND r.status = 'running';
+UPDATE {schema}_step_attempts SET delivered_at = NULL
+WHERE run_id = :run_id AND position = :position AND seq = :seq AND kind = 'signal-wait'
+  AND status = 'completed' AND delivered_at IS NOT NULL
+  AND EXISTS (SELECT 1 FROM {schema}_runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND status = 'running');
+SELECT count(*) AS held FROM {schema}_runs
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id AND lease_expires_at > now()
+  AND status = 'running';
 
 -- name: finish_run
 -- The run's end (see the PostgreSQL twin): records not yet durable ride along, leftover
@@ -395,7 +415,7 @@ WHERE id = (
     SELECT id FROM {schema}_signals
     WHERE namespace = :namespace AND name = :name AND buffered AND consumed_at IS NULL
       AND (run_id IS NULL OR run_id = :run_id) AND (expires_at IS NULL OR expires_at > now())
-    ORDER BY id LIMIT 1
+    ORDER BY given_back DESC, id LIMIT 1  -- what it got back first (see 0010)
 )
 RETURNING data;
 
@@ -477,8 +497,8 @@ RETURNING run_id, position, attempt,
 
 -- name: abandon_wait
 -- See the PostgreSQL twin: the wait ends canceled, a delivered signal goes back.
-INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, created_at)
-SELECT r.namespace, a.signal, a.output, :run_id, 1, now()
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at)
+SELECT r.namespace, a.signal, a.output, :run_id, 1, 1, now()
 FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
 WHERE a.run_id = :run_id AND a.position = :position AND a.attempt = :attempt
   AND a.status = 'running' AND a.kind = 'signal-wait' AND a.delivered_at IS NOT NULL
@@ -645,8 +665,8 @@ RETURNING last_tick;
 -- them (see `_replay.History`), with the same number of workflow attempts still to spend. A deadline already passed no longer applies. A signal
 -- delivered to a wait that ended unrecorded (the run was canceled or failed first) goes back
 -- to the run's buffer, so the resumed run's wait receives it.
-INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, created_at)
-SELECT r.namespace, a.signal, a.output, a.run_id, 1, now()
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at)
+SELECT r.namespace, a.signal, a.output, a.run_id, 1, 1, now()
 FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
 WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status <> 'completed'
   AND a.delivered_at IS NOT NULL AND r.status IN ('failed', 'canceled') AND NOT r.compensating;
