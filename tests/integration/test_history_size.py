@@ -15,7 +15,7 @@ from tests.helpers import duration, eventually
 
 SCHEMA = "history"
 FINISHED = 20_000  # a third of them children of the others
-RUNS = 10  # parents, each with a child, beside as many signal waits
+RUNS = 10  # parents (of a queue, sleeping), each with a child, beside as many signal waits
 
 
 async def _double(x: int) -> int:
@@ -35,8 +35,9 @@ def _app(url: str) -> Durably:
     async def child(ctx: Any, x: int) -> int:
         return int(await ctx.step.run("double", _double, x))
 
-    @app.workflow(name="parent")
+    @app.workflow(name="parent", queue=app.queue("parents", concurrency=5))
     async def parent(ctx: Any, x: int) -> int:
+        await ctx.step.sleep("breathe", "10ms")
         y = await ctx.step.run("double", _double, x)
         return int(await ctx.step.run_workflow(child, y))
 

@@ -120,7 +120,9 @@ WITH lapsed AS MATERIALIZED (
         wake_requested = false, waiting_for = NULL, wake_at = NULL,
         started_at = COALESCE(r.started_at, now()),
         updated_at = now()
-    FROM due WHERE r.id = due.id
+    -- By id, from an array: whatever the planner counts of `due` (a tenth of its input, for
+    -- a LIMIT it cannot see in a generic plan), the runs are looked up, never all read.
+    WHERE r.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING r.*
 ), abandoned AS (
     UPDATE {schema}.step_attempts a SET status = 'abandoned', finished_at = now()
@@ -816,7 +818,7 @@ WITH q AS (
         wake_requested = false, waiting_for = NULL, wake_at = NULL,
         started_at = COALESCE(r.started_at, now()),
         updated_at = now()
-    FROM due WHERE r.id = due.id AND due.n <= :limit
+    WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE n <= :limit))  -- looked up (see claim)
     RETURNING r.*
 ), abandoned AS (
     UPDATE {schema}.step_attempts a SET status = 'abandoned', finished_at = now()
