@@ -15,6 +15,7 @@ from tests.helpers import duration, eventually
 
 SCHEMA = "history"
 FINISHED = 20_000  # a third of them children of the others
+PARKED = 5_000  # waiting for signals that never come
 RUNS = 10  # parents (of a queue, sleeping), each with a child, beside as many signal waits
 
 
@@ -83,6 +84,29 @@ async def _fill(conn: psycopg.AsyncConnection[Any]) -> None:
         SELECT 'done-' || g, 1, 1, 'double', 'function', 'completed', true, 1, '2',
                now() - interval '1 hour', now() - interval '1 hour', 1
         FROM generate_series(1, {FINISHED}) g""")
+    # Runs parked on signals nobody sends: their waits are running attempts.
+    await conn.execute(f"""
+        INSERT INTO {SCHEMA}.runs (id, namespace, workflow, version, status, input, attempts,
+            created_at, started_at, waiting_for)
+        SELECT 'parked-' || g, 'default', 'waiter', 'v1', 'waiting', '"x"', 1,
+               now() - interval '1 hour', now() - interval '1 hour', 'signal:nobody-' || g
+        FROM generate_series(1, {PARKED}) g""")
+    await conn.execute(f"""
+        INSERT INTO {SCHEMA}.step_attempts (run_id, position, attempt, step, kind, status,
+            final, fence, signal, started_at)
+        SELECT 'parked-' || g, 1, 1, 'nobody-' || g, 'signal-wait', 'running', false, 1,
+               'nobody-' || g, now() - interval '1 hour'
+        FROM generate_series(1, {PARKED}) g""")
+    # Signals the finished runs consumed, and some left in parked runs' own buffers.
+    await conn.execute(f"""
+        INSERT INTO {SCHEMA}.signals (namespace, name, data, delivered_to, buffered,
+            consumed_by, consumed_at, run_id, created_at)
+        SELECT 'default', 'old-' || g, '1', '[]', true,
+               CASE WHEN g % 5 <> 0 THEN 'done-' || g END,
+               CASE WHEN g % 5 <> 0 THEN now() - interval '1 hour' END,
+               CASE WHEN g % 5 = 0 THEN 'parked-' || g END, now() - interval '1 hour'
+        FROM generate_series(1, {PARKED}) g""")
+    await conn.execute(f"ANALYZE {SCHEMA}.signals")
     await conn.execute(f"ANALYZE {SCHEMA}.runs")
     await conn.execute(f"ANALYZE {SCHEMA}.step_attempts")
 
@@ -157,3 +181,62 @@ def test_no_sqlite_statement_of_the_engine_reads_a_whole_history_table(tmp_path:
                 if words[0] == "SCAN" and words[1] in tables and "VIRTUAL" not in words:
                     scans.append(f"{name}: {row[3]}")
     assert not scans, scans
+
+
+async def test_no_postgresql_statement_of_the_engine_reads_a_whole_history_table(
+    pg_url: str,
+) -> None:
+    """The engine's connections plan its statements generically: with the statistics of a
+    table of history, each such plan reads runs, step attempts and signals through an
+    index condition, never a whole table or index."""
+    import json
+
+    from durably.backends import _queries
+
+    async with _app(pg_url):
+        pass  # the schema
+    package = "durably.backends.postgres"
+    planned_each_call = _queries.marked(package, "plan: each call")
+    whole = []
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await _fill(conn)
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        for name, statements in _queries.load(package, "named").items():
+            if name in OPERATOR | planned_each_call:
+                continue
+            for statement in statements:
+                sql, arity = _numbered(statement.replace("{schema}", SCHEMA))
+                await conn.execute(f"PREPARE plan_of AS {sql}")
+                args = f"({', '.join(['NULL'] * arity)})" if arity else ""
+                plan = await _one(conn, f"EXPLAIN (FORMAT JSON) EXECUTE plan_of{args}")
+                await conn.execute("DEALLOCATE plan_of")
+                tree = plan if isinstance(plan, list) else json.loads(plan)
+                whole += [f"{name}: {scan}" for scan in _whole_reads(tree[0]["Plan"])]
+    assert not whole, whole
+
+
+PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+def _numbered(sql: str) -> tuple[str, int]:
+    """`sql` with its `:name` parameters as `$1`, `$2`…, and how many there are."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return PARAM.sub(number, sql), len(names)
+
+
+def _whole_reads(node: dict[str, Any]) -> list[str]:
+    """The scans of `node`'s tree that read a history table or index whole."""
+    found = []
+    if node.get("Relation Name") in ("runs", "step_attempts", "signals"):
+        kind = node["Node Type"]
+        if kind == "Seq Scan" or (kind.startswith("Index") and "Index Cond" not in node):
+            found.append(f"{kind} on {node['Relation Name']} {node.get('Index Name', '')}")
+    for child in node.get("Plans", []):
+        found += _whole_reads(child)
+    return found
