@@ -199,3 +199,49 @@ async def test_a_cancel_that_refuses_the_end_undoes_a_step_whose_record_was_in_f
     assert run.status == "canceled"
     assert undone == ["charged"]
     assert steps == {"charge": "completed", "loser": "canceled", "compensate:charge": "completed"}
+
+
+class _CountingStore:
+    """Which records reach `record_many` (the records' own statement)."""
+
+    def __init__(self, app: Durably) -> None:
+        self.written: list[str] = []
+        store = app.store
+        original = store.record_many
+
+        async def record_many(worker_id: str, batch: list[tuple[Lease, PendingStep]]) -> Any:
+            self.written += [step.name for _, step in batch]
+            return await original(worker_id, batch)
+
+        store.record_many = record_many  # type: ignore[method-assign,assignment]
+
+
+@pytest.mark.parametrize("refused", [False, True])
+async def test_a_record_still_waiting_for_its_batch_goes_with_its_runs_end(
+    db_url: str, refused: bool
+) -> None:
+    from durably._recorder import StepRecorder
+
+    app = _app(db_url)
+    async with app:
+        counting = _CountingStore(app)
+        await _new(app, "r1")
+        [row] = await app.store.claim("w", PAIR, 1, 30.0)
+        lease = Lease("r1", row["fence"], "w")
+        if refused:  # canceled meanwhile: the end is refused, the records are still written
+            await app.cancel("r1")
+        recorder = StepRecorder(app.store, "w")
+        first = PendingStep(0, 1, "first", "function", "completed", output_json="1", seq=1)
+        second = PendingStep(1, 1, "second", "function", "completed", output_json="2", seq=2)
+        sent = asyncio.create_task(recorder.record(lease, first))  # written at once
+        await asyncio.sleep(0)
+        waiting = asyncio.create_task(recorder.record(lease, second))  # waits behind it
+        await asyncio.sleep(0)
+        end = RunEnd(lease, "completed", '"done"', None, [first, second])
+        assert await recorder.finish(end) is not refused
+        await asyncio.gather(sent, waiting)
+        steps = {s.step: s.status for s in await app.store.list_steps("r1")}
+        assert steps == {"first": "completed", "second": "completed"}
+        # The waiting record was written once: by the end, or (refused) on its own.
+        assert counting.written.count("second") == (1 if refused else 0)
+        assert counting.written.count("first") == 1
