@@ -39,11 +39,12 @@ class StepRecorder:
 
     async def record(self, lease: Lease, step: PendingStep) -> str:
         """Return once the step is durable (with its run's status); LeaseLostError if its
-        lease was gone."""
+        lease was gone.
+
+        Even an idle recorder sends it on the loop's next turn, not at once: the workflow
+        receives the result first, and if that was its last step, the run's end takes the
+        record with it (see `finish`): one commit instead of two."""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        if self._idle():
-            await self._alone(self._send([(lease, step, future)]))
-            return future.result()  # raises LeaseLostError (or the database's error)
         self._queue.append((lease, step, future))
         self._kick()
         return await future
@@ -81,8 +82,8 @@ class StepRecorder:
         return not (self._queue or self._ends or self._in_flight or self._scheduled)
 
     async def _alone(self, send: Coroutine[Any, Any, None]) -> None:
-        """Write from the caller's task at once (no hop through the loop); what arrives
-        meanwhile queues up behind it and forms the next batch."""
+        """Write an end from the caller's task at once (no hop through the loop); what
+        arrives meanwhile queues up behind it and forms the next batch."""
         task = asyncio.current_task()
         assert task is not None
         self._in_flight.add(task)
