@@ -41,6 +41,7 @@ from durably import DatabaseUnavailable, Durably
 
 from . import invariants, ledger, workload
 from .faults import FaultInjector, Workers
+from .migration import SchemaMigration
 
 PROFILES = {"ci": {"minutes": 2.0, "drain": 45.0, "in_flight": 24, "rate": 5.0}}
 
@@ -140,8 +141,10 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
     proxy_url = target.proxy.url_for(target.url) if target.proxy else None
     workers = Workers(target.url, proxy_url, work, {"CHAOS_LEDGER": str(notes),
                       "CHAOS_PLANT": plant}, args.lease, args.workers)  # fmt: skip
+    sqlite = target.url.startswith("sqlite")
+    migration = None if sqlite else SchemaMigration(target.url, app.connector.schema)
     injector = FaultInjector(workers, rng, target.proxy, target.cluster,
-                             target.url if target.url.startswith("sqlite") else None)  # fmt: skip
+                             target.url if sqlite else None, migration)  # fmt: skip
     load = workload.LoadGenerator(app, rng, args.in_flight, args.rate, plant)
     began = time.monotonic()
     workers.start()
@@ -150,6 +153,8 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
         jobs = [load.run(stop), injector.run(stop)]
         if target.cluster is not None:
             jobs.append(injector.restart_database(stop))
+        if migration is not None:
+            jobs.append(injector.migrate_schema(stop))
         tasks = [asyncio.create_task(job) for job in jobs]
         await asyncio.wait(tasks, timeout=args.minutes * 60)
         stop.set()
@@ -164,6 +169,7 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
     ev = await invariants.gather_evidence(
         app, plans=load.plans, ledger=ledger.read_ledger(notes),
         effects=ledger.read_effects(target.url), faults=injector.log, undrained=undrained,
+        deploys=workers.deploys,
     )  # fmt: skip
     await app.close()
     header = (f"chaos soak on {target.label}: {loaded / 60:.1f} min of load and faults, "
@@ -185,7 +191,11 @@ def _facts(load: workload.LoadGenerator, workers: Workers) -> dict[str, object]:
         ),
         "worker log: database unavailable": workers.log_lines("unavailable"),
         "worker log: unexpected errors": workers.log_lines("unexpected error"),
-        "worker processes started": sum(s.generation for s in workers.slots),
+        # The engine's way through a schema migration (PostgresConnector._raise_for).
+        "worker log: schema changed under prepared statements, connections replaced": (
+            workers.log_lines("the schema changed under the engine's prepared statements")
+        ),
+        "worker processes started, by deploy": dict(Counter(sorted(workers.deploys.values()))),
     }
 
 

@@ -2,11 +2,14 @@
 
 Every 2-10 s one random fault hits one worker: kill -9 (then a new worker takes the slot),
 SIGSTOP for longer than the lease then SIGCONT, SIGTERM (the worker drains, a new one takes
-the slot), and, for the worker connected through the `FaultProxy`, a network freeze longer
-than the lease, or a COMMIT whose reply is lost. Independently, PostgreSQL (a cluster of the
-soak's own) is stopped for 0-5 s every 5-40 s. Each fault is logged with the worker it hit
-("*": all of them) and when, so the checks can tell a re-execution a fault explains from
-one nothing explains.
+the slot), a rolling deploy (SIGTERM, and the slot's next worker runs the other deploy of
+`workload.DEPLOYS`; at least one worker always runs the new one), and, for the worker
+connected through the `FaultProxy`, a network freeze longer than the lease, or a COMMIT
+whose reply is lost. The soak begins mid-deploy: the second worker runs the old deploy.
+Independently, on PostgreSQL, a schema migration (`migration`) runs every 10-30 s, and
+PostgreSQL (a cluster of the soak's own) is stopped for 0-5 s every 5-40 s. Each fault is
+logged with the worker it hit ("*": all of them) and when, so the checks can tell a
+re-execution a fault explains from one nothing explains.
 """
 
 from __future__ import annotations
@@ -27,13 +30,16 @@ from tests.faults import FaultProxy
 from tests.helpers import freeze_outside_a_write
 from tests.pgcluster import Cluster
 
+from .migration import SchemaMigration
+
 ROOT = Path(__file__).resolve().parents[1]
 APP = "chaos.workload:app"
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One injected fault: what, which worker ("*": every one), from when to when."""
+    """One injected fault: what, which worker ("*": every one; "schema": none, a migration
+    must not cost a worker its runs), from when to when."""
 
     kind: str
     target: str
@@ -47,6 +53,7 @@ class Slot:
 
     base: str
     via_proxy: bool
+    deploy: str = "new"  # the deploy its next worker runs (workload.DEPLOYS)
     generation: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -67,19 +74,23 @@ class Workers:
     count: int = 3
     concurrency: int = 12
     slots: list[Slot] = field(default_factory=list)
+    deploys: dict[str, str] = field(default_factory=dict)  # each worker started, its deploy
 
     def start(self) -> None:
         for i in range(self.count):
             via = self.proxy_url is not None and i == self.count - 1
-            self.slots.append(Slot(f"net{i}" if via else f"w{i}", via))
+            deploy = "old" if i == 1 else "new"  # the soak begins in mid-deploy
+            self.slots.append(Slot(f"net{i}" if via else f"w{i}", via, deploy))
         for slot in self.slots:
             self.spawn(slot)
 
     def spawn(self, slot: Slot) -> None:
         slot.generation += 1
+        self.deploys[slot.name] = slot.deploy
         url = self.proxy_url if slot.via_proxy and self.proxy_url else self.url
         env = dict(os.environ, **self.env, DURABLY_DATABASE_URL=url, DURABLY_APP=APP,
-                   WORKER_NAME=slot.name, PYTHONPATH=str(ROOT))  # fmt: skip
+                   WORKER_NAME=slot.name, CHAOS_DEPLOY=slot.deploy,
+                   PYTHONPATH=str(ROOT))  # fmt: skip
         heartbeat = f"{self.lease_s / 5:g}s"
         cmd = [sys.executable, "-m", "durably.cli", "worker", "--id", slot.name,
                "--lease", f"{self.lease_s:g}s", "--heartbeat", heartbeat, "--grace", "2s",
@@ -111,7 +122,8 @@ class Workers:
 
     def log_lines(self, needle: str) -> int:
         """How many lines of all worker logs contain `needle`."""
-        return sum(p.read_text(errors="replace").count(needle) for p in self.logs.glob("*.log"))
+        logs = [self.logs / f"{name}.log" for name in self.deploys]
+        return sum(p.read_text(errors="replace").count(needle) for p in logs if p.exists())
 
 
 async def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
@@ -133,17 +145,20 @@ class FaultInjector:
         cluster: a PostgreSQL cluster the soak may stop and start (None: no restarts).
         sqlite_url: on SQLite, workers are frozen only outside a write transaction (a
             frozen writer holds the file's lock, a documented limit of SQLite).
+        migration: the schema migration to run under the workers (PostgreSQL only).
     """
 
     def __init__(
         self, workers: Workers, rng: random.Random, proxy: FaultProxy | None = None,
         cluster: Cluster | None = None, sqlite_url: str | None = None,
+        migration: SchemaMigration | None = None,
     ) -> None:  # fmt: skip
         self.workers = workers
         self.rng = rng
         self.proxy = proxy
         self.cluster = cluster
         self.sqlite_url = sqlite_url
+        self.migration = migration
         self.log: list[Fault] = []
         self.db_down = False
 
@@ -151,7 +166,7 @@ class FaultInjector:
         return Counter(f.kind for f in self.log)
 
     def kinds(self) -> list[str]:
-        kinds = ["kill-9", "sigstop", "sigterm"]
+        kinds = ["kill-9", "sigstop", "sigterm", "rolling-deploy"]
         if self.proxy is not None:
             kinds += ["net-freeze", "commit-reply-lost"]
         return kinds
@@ -160,15 +175,20 @@ class FaultInjector:
         """Every 2-10 s, one random fault on one random worker."""
         while not await _stopped(stop, self.rng.uniform(2, 10)):
             kind = self.rng.choice(self.kinds())
-            proxied = [s for s in self.workers.slots if s.via_proxy]
-            if kind in ("net-freeze", "commit-reply-lost"):
-                slot = proxied[0]
-            else:
-                slot = self.rng.choice(self.workers.slots)
+            slot = self._target(kind)
             if slot.proc is None or slot.proc.poll() is not None:
                 self.workers.spawn(slot)
                 continue
             await getattr(self, "_" + kind.replace("-", "_"))(slot)
+
+    def _target(self, kind: str) -> Slot:
+        slots = self.workers.slots
+        if kind in ("net-freeze", "commit-reply-lost"):
+            return next(s for s in slots if s.via_proxy)
+        if kind == "rolling-deploy":  # never the last worker of the new deploy
+            new = sum(s.deploy == "new" for s in slots)
+            return self.rng.choice([s for s in slots if s.deploy == "old" or new > 1])
+        return self.rng.choice(slots)
 
     async def _kill_9(self, slot: Slot) -> None:
         assert slot.proc is not None
@@ -192,15 +212,21 @@ class FaultInjector:
         # Until it has noticed its leases are gone, its bodies may still be running.
         self.log.append(Fault("sigstop", slot.name, t0, time.time() + 1))
 
-    async def _sigterm(self, slot: Slot) -> None:
+    async def _sigterm(self, slot: Slot, kind: str = "sigterm") -> None:
         assert slot.proc is not None
         t0 = time.time()
         slot.proc.send_signal(signal.SIGTERM)
         if not await _wait_exit(slot.proc, 30):
             os.killpg(slot.proc.pid, signal.SIGKILL)
             await _wait_exit(slot.proc, 10)
-        self.log.append(Fault("sigterm", slot.name, t0, time.time()))
+        self.log.append(Fault(kind, slot.name, t0, time.time()))
         self.workers.spawn(slot)
+
+    async def _rolling_deploy(self, slot: Slot) -> None:
+        """The worker drains, as a deploy stops it; its slot's next worker runs the other
+        deploy."""
+        slot.deploy = "old" if slot.deploy == "new" else "new"
+        await self._sigterm(slot, "rolling-deploy")
 
     async def _net_freeze(self, slot: Slot) -> None:
         assert self.proxy is not None
@@ -235,6 +261,17 @@ class FaultInjector:
             self.db_down = False
             self.log.append(Fault(f"postgres-stop-{mode}", "*", t0, time.time() + 1))
 
+    async def migrate_schema(self, stop: asyncio.Event) -> None:
+        """Every 10-30 s, a schema migration: a column added, and dropped 2-6 s later."""
+        assert self.migration is not None
+        while not await _stopped(stop, self.rng.uniform(10, 30)):
+            t0 = time.time()
+            if not await self.migration.add(within=20):
+                continue  # kept out by locks or outages (`heal` drops what it may have left)
+            await asyncio.sleep(self.rng.uniform(2, 6))
+            await self.migration.drop(within=20)  # else `heal` drops it
+            self.log.append(Fault("schema-migration", "schema", t0, time.time()))
+
     def _start_database(self) -> None:
         assert self.cluster is not None
         for attempt in range(5):
@@ -260,6 +297,8 @@ class FaultInjector:
                 os.killpg(slot.proc.pid, signal.SIGCONT)
             else:
                 self.workers.spawn(slot)
+        if self.migration is not None and self.migration.applied:
+            await self.migration.drop(within=60)
 
 
 async def _stopped(stop: asyncio.Event, seconds: float) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 from durably import Durably, Run, StepAttempt
 
 from .faults import Fault
-from .workload import CHILD_MODES, COMPENSABLE, Plan
+from .workload import CHILD_MODES, COMPENSABLE, Plan, version_in
 
 EXAMPLES = 5  # violations shown per check (all are counted)
 
@@ -49,6 +49,7 @@ class Evidence:
     faults: list[Fault]
     stuck: list[Run]
     undrained: int  # load-generator tasks still unfinished at the drain's deadline
+    deploys: dict[str, str]  # each worker the soak started, and the deploy it ran
 
 
 async def gather_evidence(app: Durably, **rest: Any) -> Evidence:
@@ -80,7 +81,7 @@ def check_all(ev: Evidence) -> list[Check]:
     return [check_states(ev), check_lost(ev), check_stuck(ev), check_running(ev),
             check_completed_once(ev), check_effects(ev), check_executions(ev),
             check_after_cancel(ev), check_signals(ev), check_compensations(ev),
-            check_children(ev)]  # fmt: skip
+            check_children(ev), check_deploys(ev)]  # fmt: skip
 
 
 def _by_key(ev: Evidence) -> dict[str, Run]:
@@ -281,6 +282,23 @@ def check_children(ev: Evidence) -> Check:
             continue
         got = {_mode(k): k.status for k in kids}
         c.expect(got == CHILD_MODES, f"{parent.run_id} completed with children {got}")
+    return c
+
+
+def check_deploys(ev: Evidence) -> Check:
+    c = Check("every run ran only on workers whose deploy has its workflow at its version")
+    runs = {r.run_id: r for r in ev.runs}
+    # Who recorded each step attempt, and who ran each body (one cut short leaves no record).
+    ran = {(run_id, s.worker_id) for run_id, steps in ev.steps.items() for s in steps}
+    ran |= {(line["run"], line["worker"]) for line in ev.ledger}
+    for run_id, worker in sorted(ran, key=str):
+        run, deploy = runs.get(run_id), ev.deploys.get(worker or "")
+        if run is None or deploy is None:
+            continue  # not a run of the engine's (check_lost), or not a worker of the soak
+        c.expect(
+            version_in(deploy, run.workflow) == run.version,
+            f"{run.workflow}@{run.version} {run_id} ran on {worker} ({deploy} deploy)",
+        )
     return c
 
 

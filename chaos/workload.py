@@ -9,7 +9,8 @@ what the run must end as. Every start and signal carries an idempotency key, so 
 retried through a database outage is never doubled by the soak itself.
 
 Configured by environment (workers and the soak alike): DURABLY_DATABASE_URL, WORKER_NAME,
-CHAOS_LEDGER (the ledger directory), CHAOS_PLANT (a planted fault, see `PLANTS`).
+CHAOS_LEDGER (the ledger directory), CHAOS_PLANT (a planted fault, see `PLANTS`),
+CHAOS_DEPLOY (the deploy a worker process runs, see `DEPLOYS`; the soak itself is "new").
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import random
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,6 +49,14 @@ PLANTS = {
     "double-signal": "the load generator delivers one buffered signal twice",
     "outside-tx": "a transaction body that rolls back once writes its row outside the transaction",
 }
+# A rolling deploy: worker processes of the old deploy run beside those of the new one. The
+# old deploy predates chaos-saga and has the previous version of chaos-signals; the load
+# generator starts runs as the new deploy does. Every workflow not named is v1 in both.
+DEPLOYS: dict[str, dict[str, str | None]] = {
+    "new": {"chaos-signals": "v2"},
+    "old": {"chaos-signals": "v1", "chaos-saga": None},
+}
+DEPLOY = os.environ.get("CHAOS_DEPLOY", "new")
 ONCE = RetryPolicy(max_attempts=1)
 QUICK = RetryPolicy(max_attempts=6, initial_interval="100ms", maximum_interval="1s")
 
@@ -118,6 +128,18 @@ async def book(conn: Any, run_id: str, step: str, roll_back_once: bool) -> str:
 # ------------------------------------------------------------------ workflows
 
 
+def version_in(deploy: str, workflow: str) -> str | None:
+    """The version of `workflow` that `deploy` registers (None: it has no such workflow)."""
+    return DEPLOYS[deploy].get(workflow, "v1")
+
+
+def deployed(name: str) -> Callable[[Callable[..., Any]], object]:
+    """`app.workflow(name=name)` at this process's deploy's version; a workflow its deploy
+    does not have stays a plain function, so its workers never claim its runs."""
+    version = version_in(DEPLOY, name)
+    return app.workflow(name=name, version=version) if version else lambda fn: fn
+
+
 @app.workflow(name="chaos-steps")
 async def steps_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> list[Any]:
     """Sequential steps, one retried until it succeeds, one failure caught."""
@@ -154,7 +176,7 @@ async def gather_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> list[Any]:
     return results
 
 
-@app.workflow(name="chaos-signals")
+@deployed("chaos-signals")
 async def signals_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> list[Any]:
     """Two signals on one topic (received in send order), then one sent to itself."""
     topic = spec["topic"]
@@ -212,7 +234,7 @@ async def ledger_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> list[Any]:
     return out
 
 
-@app.workflow(name="chaos-saga")
+@deployed("chaos-saga")
 async def saga_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
     """Two compensable steps, then: fail for good, hold (to be canceled), or ship."""
     await ctx.step.run("reserve", act, "reserve", compensate=undo)
