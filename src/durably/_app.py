@@ -14,6 +14,7 @@ from . import _telemetry
 from ._clock import Clock
 from ._codec import DEFAULT_MAX_PAYLOAD, encode
 from ._durations import Duration, parse_duration
+from ._endwatch import EndWatch
 from ._errors import ConfigurationError, WorkflowNotFound
 from ._models import Run, StepAttempt
 from ._operating import OperatingApi
@@ -113,6 +114,7 @@ class Durably(OperatingApi):
         self._pool_size = pool_size
         self.connector = connect(self.url, schema, self.clock, pool_size)
         self.store = Store(self.connector, namespace)
+        self.end_watch = EndWatch(self.connector)
         self.max_payload = max_payload_bytes
         self.max_step_attempts = max_step_attempts
         self._migrate = migrate
@@ -133,6 +135,7 @@ class Durably(OperatingApi):
         self.url = url
         self.connector = connect(url, self.connector.schema, self.clock, self._pool_size)
         self.store = Store(self.connector, self.namespace)
+        self.end_watch = EndWatch(self.connector)
         return self
 
     # ----------------------------------------------------------------- registry
@@ -279,6 +282,7 @@ class Durably(OperatingApi):
             if late:
                 log.error("worker %s did not stop within %gs of close(); its runs are left "
                           "to their leases", worker.worker_id, limit)  # fmt: skip
+        await self.end_watch.close()
         await self.connector.close()
         self._opened = False
 

@@ -29,9 +29,12 @@ class RunEnds:
             "finish_many", worker_id=worker_id, channel=self.channel, token=uuid.uuid4().hex,
             ends="[" + ",".join(end.entry for end in ends) + "]", batch=f"[{batch}]",
         )  # fmt: skip
+        ended = {row["id"] for row in rows}
+        for run_id in ended:
+            self.db.notify_local(f"ended:{run_id}")
         if rows:
             self.db.notify_local("run")
-        return {row["id"] for row in rows}
+        return ended
 
     async def end_refused(self, lease: Lease) -> bool:
         """A run's end was not written: False if it was canceled meanwhile and is still
@@ -79,6 +82,7 @@ class RunEnds:
             return await self.end_refused(lease)
         for row in canceled:
             self.db.notify_local(f"cancel:{row['id']}")
+        self.db.notify_local(f"ended:{lease.run_id}")
         self.db.notify_local("run")
         return True
 

@@ -13,6 +13,7 @@ from ._errors import InvalidInput
 from ._models import TERMINAL, Run
 from ._operations import Operations, Signal
 from ._records import NewRun
+from .backends import LISTENING
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -115,7 +116,7 @@ class OperatingApi:
         changed = asyncio.Event()
 
         def on_message(message: str) -> None:
-            if message in (f"event:{run_id}", "changed", "run"):
+            if message in (f"event:{run_id}", "changed", LISTENING):
                 changed.set()
 
         stop = await self.store.db.listen(on_message)

@@ -279,6 +279,8 @@ class Worker:
             entry[0].poke()
 
     def _on_message(self, message: str) -> None:
+        if message.startswith("ended:"):  # for those waiting for a result (`_endwatch`)
+            return
         if message.startswith("cancel:"):
             self._halt(message.removeprefix("cancel:"), Stop("canceled", "canceled"))
         elif message.startswith("wake:"):

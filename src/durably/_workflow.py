@@ -231,17 +231,18 @@ class RunHandle(Generic[Out]):
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
         loop = asyncio.get_running_loop()
         until = loop.time() + limit if limit is not None else None
-        pause = 0.005
-        while True:
-            run = await self.get()
-            if run.done:
-                return run
-            if until is not None and loop.time() >= until:
-                raise WorkflowTimeoutError(
-                    f"run {self.run_id} is still {run.status} after {limit}s"
-                )
-            await asyncio.sleep(pause if until is None else min(pause, until - loop.time()))
-            pause = min(pause * 1.5, 0.25)
+        await self.app.open()  # before listening: a bad database fails here, as a read would
+        async with self.app.end_watch.watching(self.run_id) as waiter:
+            while True:
+                run = await self.get()
+                if run.done:
+                    return run
+                left = until - loop.time() if until is not None else None
+                if left is not None and left <= 0:
+                    raise WorkflowTimeoutError(
+                        f"run {self.run_id} is still {run.status} after {limit}s"
+                    )
+                await waiter.wait(left)
 
     async def result(self, timeout: Duration | None = None) -> Out:
         """Wait for the run to finish; its output, as the workflow's return type.

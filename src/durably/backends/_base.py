@@ -14,6 +14,10 @@ from typing import Any, Protocol, TypeVar
 Row = dict[str, Any]
 T = TypeVar("T")
 
+# What `Connector.listen` delivers first, and again after each reconnect: it listens (now),
+# and messages sent before may have been missed.
+LISTENING = "listening"
+
 
 class Tx(Protocol):
     """One open transaction."""
@@ -73,7 +77,8 @@ class Connector(Protocol):
         (`DatabaseConflict`), a few times."""
 
     async def listen(self, on_message: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
-        """Deliver wake-up messages to `on_message` until the returned stop is awaited."""
+        """Deliver wake-up messages to `on_message` until the returned stop is awaited;
+        `LISTENING` first, once listening, and again after each reconnect."""
 
     def notify_local(self, message: str) -> None:
         """Deliver a wake-up message to this process's listeners (after a commit)."""

@@ -36,7 +36,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..._errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable
 from .. import _queries
-from .._base import Fetched, Row, Sent
+from .._base import LISTENING, Fetched, Row, Sent
 
 log = logging.getLogger("durably.postgres")
 T = TypeVar("T")
@@ -451,8 +451,8 @@ class PostgresConnector:
                 ) as conn:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     delay = 0.1
-                    # A reconnect may have missed notifications: look for work at once.
-                    on_message("run")
+                    # A reconnect may have missed notifications: look again at once.
+                    on_message(LISTENING)
                     async for note in conn.notifies():
                         on_message(note.payload)
             except psycopg.OperationalError as exc:

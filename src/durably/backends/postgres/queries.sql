@@ -37,6 +37,12 @@ WHERE namespace = :namespace AND workflow = :workflow AND idempotency_key = :ide
 -- name: get_run
 SELECT * FROM {schema}.runs WHERE id = :run_id;
 
+-- name: ended_runs
+-- Which of these runs have ended (`RunHandle.wait` checks its waiters' runs at once).
+SELECT id FROM {schema}.runs
+WHERE id = ANY(CAST(:ids AS text[])) AND status IN ('completed', 'failed', 'canceled')
+  AND NOT compensating;
+
 -- name: get_run_for_share
 SELECT * FROM {schema}.runs WHERE id = :run_id FOR SHARE;
 
@@ -357,6 +363,7 @@ WITH v AS (
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
     UNION ALL SELECT pg_notify(:channel, 'wake:' || id) FROM parent WHERE wake_requested
+    UNION ALL SELECT pg_notify(:channel, 'ended:' || id) FROM done  -- for RunHandle.wait
 )
 SELECT done.id, (SELECT count(*) FROM notified) AS notified,
     (SELECT count(*) FROM leftover) AS leftover, (SELECT count(*) FROM records) AS records
@@ -439,6 +446,7 @@ WITH e AS (
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
     UNION ALL SELECT pg_notify(:channel, 'wake:' || id) FROM parent WHERE wake_requested
+    UNION ALL SELECT pg_notify(:channel, 'ended:' || id) FROM done  -- for RunHandle.wait
 )
 SELECT done.id, (SELECT count(*) FROM notified) AS notified,
     (SELECT count(*) FROM leftover) AS leftover, (SELECT count(*) FROM records) AS records

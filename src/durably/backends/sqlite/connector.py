@@ -34,7 +34,7 @@ from urllib.parse import quote
 from ..._clock import Clock
 from ..._errors import ConfigurationError, DatabaseUnavailable
 from .. import _queries
-from .._base import Fetched, Row, Sent
+from .._base import LISTENING, Fetched, Row, Sent
 
 _PACKAGE = __package__ or "durably.backends.sqlite"
 _WAKE_POLL_S = 0.02
@@ -299,6 +299,7 @@ class SqliteConnector:
     async def _watch(self, on_message: Callable[[str], None], stop: threading.Event) -> None:
         with self._watch_connection() as watcher:
             last = watcher.execute("PRAGMA data_version").fetchone()[0]
+            on_message(LISTENING)  # a commit from now on changes `last`
             while not stop.is_set():
                 await asyncio.sleep(_WAKE_POLL_S)
                 version = watcher.execute("PRAGMA data_version").fetchone()[0]

@@ -26,6 +26,11 @@ WHERE namespace = :namespace AND workflow = :workflow AND idempotency_key = :ide
 -- name: get_run
 SELECT * FROM {schema}_runs WHERE id = :run_id;
 
+-- name: ended_runs
+SELECT id FROM {schema}_runs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('completed', 'failed', 'canceled')
+  AND NOT compensating;
+
 -- name: get_run_for_share
 SELECT * FROM {schema}_runs WHERE id = :run_id;
 

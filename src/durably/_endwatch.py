@@ -1,0 +1,137 @@
+"""Waiting for runs to end (`RunHandle.wait`): woken by the end itself instead of polling
+the run's row, through one listening connection per app, however many wait.
+
+A waiter subscribes, then reads its run, then waits to be woken and reads it again. An end
+that commits after the read is announced by the statement that ends the run (PostgreSQL:
+`ended:<id>` from finish_run and finish_many, `cancel:<id>` from a cancel; SQLite: the same
+through `notify_local`, in this process); one that committed before is in the read.
+
+What no message names is checked for every waiter at once, by one query (`ended_runs`)
+that wakes those whose run has ended:
+
+- the listener is listening, at first and after a reconnect (`LISTENING`): what was sent
+  before is lost, and a waiter's first read may come before the first LISTEN;
+- SQLite saw a commit (`changed`): another process may have ended a run;
+- every `SAFETY_POLL_S`, in case the listening connection is gone without a word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from .backends import LISTENING, Connector
+
+SAFETY_POLL_S = 5.0
+
+StopListening = Callable[[], Awaitable[None]]
+
+
+class EndWatch:
+    """The waiters of one app and their listening connection, opened by the first waiter
+    and closed by `Durably.close()`."""
+
+    def __init__(self, db: Connector) -> None:
+        self._db = db
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listener: asyncio.Task[StopListening] | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._checker: asyncio.Task[None] | None = None
+        self._check_again = False
+
+    @contextlib.asynccontextmanager
+    async def watching(self, run_id: str) -> AsyncIterator[Waiter]:
+        """Subscribed to run `run_id`'s end: read the run after entering, not before."""
+        woken = asyncio.Event()
+        self._waiters.setdefault(run_id, set()).add(woken)
+        try:
+            await self.listen()
+            yield Waiter(self, woken)
+        finally:
+            waiters = self._waiters.get(run_id, set())
+            waiters.discard(woken)
+            if not waiters:
+                self._waiters.pop(run_id, None)
+
+    async def close(self) -> None:
+        """Stop listening. A waiter still waiting reads its run again, and listens anew
+        if it waits on (as the app reconnects when used after `close()`)."""
+        listener, tasks = self._listener, [t for t in (self._poller, self._checker) if t]
+        self._listener = self._poller = self._checker = None
+        if self._loop is asyncio.get_running_loop():
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if listener is not None:
+                stop = await listener
+                await stop()
+        self._wake(list(self._waiters))
+
+    async def listen(self) -> None:
+        """Listen, if not yet: the first waiters await the same start."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # tasks left on a loop that has ended are gone with it
+            self._loop, self._listener, self._poller, self._checker = loop, None, None, None
+        if self._listener is None:
+            listening = self._db.listen(self._on_message)
+            self._listener = asyncio.create_task(listening, name="durably-end-listen")
+            self._poller = asyncio.create_task(self._poll(), name="durably-end-poll")
+        await self._listener
+
+    def _on_message(self, message: str) -> None:
+        kind, _, run_id = message.partition(":")
+        if kind in ("ended", "cancel"):  # a cancel may end the run at once
+            self._wake([run_id])
+        elif message in (LISTENING, "changed"):
+            self._check_soon()
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(SAFETY_POLL_S)
+            self._check_soon()
+
+    def _check_soon(self) -> None:
+        """Check the waiters' runs; asked for while a check runs, once more after it."""
+        if not self._waiters:
+            return
+        self._check_again = True
+        if self._checker is None or self._checker.done():
+            self._checker = asyncio.create_task(self._check(), name="durably-end-check")
+
+    async def _check(self) -> None:
+        while self._check_again:
+            self._check_again = False
+            run_ids = sorted(self._waiters)
+            if not run_ids:
+                return
+            try:
+                rows = await self._db.fetch("ended_runs", ids=run_ids)
+            except Exception:
+                # Each waiter reads its run itself, and meets the error there if it lasts.
+                self._wake(run_ids)
+            else:
+                self._wake([row["id"] for row in rows])
+
+    def _wake(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            for woken in self._waiters.get(run_id, ()):
+                woken.set()
+
+
+class Waiter:
+    """One waiter's wake-ups (`EndWatch.watching`)."""
+
+    def __init__(self, watch: EndWatch, woken: asyncio.Event) -> None:
+        self._watch = watch
+        self._woken = woken
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until the run may have ended, or `timeout` seconds have passed (None: no limit).
+        Read the run after it: a wake-up that came since the last read returns at once."""
+        await self._watch.listen()  # again, after a `close()` that this waiter outlived
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._woken.wait()
+        self._woken.clear()
