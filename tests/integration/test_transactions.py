@@ -235,3 +235,40 @@ async def test_a_transaction_body_plans_as_the_server_is_set_to(pg_url: str) -> 
 
     async with app, app.worker():
         assert await (await plans.start()).result(timeout=scaled(10)) == ["force_custom_plan"] * 2
+
+
+async def test_a_migration_behind_a_long_transaction_holds_up_no_statement(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deploy migrates while a long transaction reads a table: the migration's lock
+    request must not queue every other statement on that table behind it (the workers'
+    heartbeats included) until that transaction ends."""
+    from durably.backends import _queries
+
+    async with Durably(pg_url):
+        pass  # the schema as shipped
+    shipped = _queries.migrations
+    next_release = (999, "0999_next.sql", "ALTER TABLE {schema}.runs ADD COLUMN next_one int")
+    monkeypatch.setattr(_queries, "migrations", lambda package: [*shipped(package), next_release])
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as holder:
+        await holder.execute("BEGIN")
+        await holder.execute("SELECT count(*) FROM durably.runs")  # holds its lock till COMMIT
+        migrating = asyncio.create_task(Durably(pg_url).connector.migrate())
+
+        async def waits_for_a_lock() -> bool:
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as look:
+                cur = await look.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"
+                )
+                row = await cur.fetchone()
+            return row is not None and row[0] > 0
+
+        await eventually(waits_for_a_lock, what="the migration to wait for its lock")
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+            # Served while the long transaction still holds its lock.
+            await asyncio.wait_for(other.execute("SELECT count(*) FROM durably.runs"),
+                                   scaled(10))  # fmt: skip
+        assert not migrating.done()
+        await holder.execute("COMMIT")
+    assert await asyncio.wait_for(migrating, scaled(10)) == ["0999_next.sql"]

@@ -61,6 +61,8 @@ CONNECTION_DEFAULTS = {"connect_timeout": "10", "keepalives": "1", "keepalives_i
 CHECKOUT_S = 10.0  # waiting for a pooled connection
 STATEMENT_S = 30.0  # one of the engine's own statements (they take milliseconds)
 CONFLICT_TRIES = 4  # a statement aborted as a deadlock or serialization failure
+MIGRATION_LOCK_S = 1.0  # a migration's wait for one table lock, before it tries again
+MIGRATION_PATIENCE_S = 600.0  # how long a migration keeps trying
 
 # SQLSTATEs of a server that cannot serve now: shutting down or starting, out of resources.
 _UNAVAILABLE_STATES = ("57P01", "57P02", "57P03", "53")
@@ -310,42 +312,63 @@ class PostgresConnector:
                 await pool.close()
 
     async def migrate(self) -> list[str]:
+        """Apply the migrations not yet applied, in one transaction.
+
+        Its wait for each table lock is short (`MIGRATION_LOCK_S`), then it tries again: a
+        lock request queued behind a long transaction (a `step.transaction` body, a frozen
+        worker's) would hold up every statement on that table behind it, the workers'
+        heartbeats included. It gives up after `MIGRATION_PATIENCE_S`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MIGRATION_PATIENCE_S
+        while True:
+            try:
+                return await self._migrate_once()
+            except psycopg.errors.LockNotAvailable as exc:
+                if loop.time() >= deadline:
+                    raise DatabaseUnavailable(
+                        f"could not migrate schema {self.schema!r}: for "
+                        f"{MIGRATION_PATIENCE_S:g} s another transaction held a lock the "
+                        f"migration needs ({_text(exc)})"
+                    ) from exc
+                log.warning("migrating: a table is locked by another transaction; trying "
+                            "again (%s)", _text(exc))  # fmt: skip
+                await asyncio.sleep(random.uniform(0.1, 0.5))
+            except psycopg.Error as exc:
+                _raise_classified(exc)
+
+    async def _migrate_once(self) -> list[str]:
         applied: list[str] = []
-        try:
-            async with (
-                await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn,
-                conn.transaction(),
-            ):
+        async with (
+            await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn,
+            conn.transaction(),
+        ):
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"durably:{self.schema}",)
+            )
+            # Only once the other migrators are behind us: their wait is not cut short.
+            await conn.execute(f"SET LOCAL lock_timeout = '{MIGRATION_LOCK_S * 1000:g}ms'")
+            schema = sql.Identifier(self.schema)
+            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            await conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.migrations (version integer PRIMARY"
+                    " KEY, name text NOT NULL, applied_at timestamptz NOT NULL"
+                    " DEFAULT now())"
+                ).format(schema)
+            )
+            cur = await conn.execute(sql.SQL("SELECT version FROM {}.migrations").format(schema))
+            done = {row[0] for row in await cur.fetchall()}
+            for version, name, text in _queries.migrations(f"{__package__}"):
+                if version in done:
+                    continue
+                await conn.execute(sql.SQL(text).format(schema=schema))
                 await conn.execute(
-                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"durably:{self.schema}",)
+                    sql.SQL("INSERT INTO {}.migrations (version, name) VALUES (%s, %s)").format(
+                        schema
+                    ),
+                    (version, name),
                 )
-                schema = sql.Identifier(self.schema)
-                await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-                await conn.execute(
-                    sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {}.migrations (version integer PRIMARY"
-                        " KEY, name text NOT NULL, applied_at timestamptz NOT NULL"
-                        " DEFAULT now())"
-                    ).format(schema)
-                )
-                cur = await conn.execute(
-                    sql.SQL("SELECT version FROM {}.migrations").format(schema)
-                )
-                done = {row[0] for row in await cur.fetchall()}
-                for version, name, text in _queries.migrations(f"{__package__}"):
-                    if version in done:
-                        continue
-                    body = sql.SQL(text).format(schema=schema)
-                    await conn.execute(body)
-                    await conn.execute(
-                        sql.SQL("INSERT INTO {}.migrations (version, name) VALUES (%s, %s)").format(
-                            schema
-                        ),
-                        (version, name),
-                    )
-                    applied.append(name)
-        except psycopg.Error as exc:
-            _raise_classified(exc)
+                applied.append(name)
         return applied
 
     @contextlib.asynccontextmanager
