@@ -233,13 +233,12 @@ async def test_a_record_still_waiting_for_its_batch_goes_with_its_runs_end(
         recorder = StepRecorder(app.store, "w")
         first = PendingStep(0, 1, "first", "function", "completed", output_json="1", seq=1)
         second = PendingStep(1, 1, "second", "function", "completed", output_json="2", seq=2)
-        sent = asyncio.create_task(recorder.record(lease, first))  # written at once
-        await asyncio.sleep(0)
-        waiting = asyncio.create_task(recorder.record(lease, second))  # waits behind it
-        await asyncio.sleep(0)
+        await recorder.record(lease, first)  # written on its own
+        waiting = asyncio.create_task(recorder.record(lease, second))
+        await asyncio.sleep(0)  # it is queued for the loop's next turn: the end comes first
         end = RunEnd(lease, "completed", '"done"', None, [first, second])
         assert await recorder.finish(end) is not refused
-        await asyncio.gather(sent, waiting)
+        await waiting
         steps = {s.step: s.status for s in await app.store.list_steps("r1")}
         assert steps == {"first": "completed", "second": "completed"}
         # The waiting record was written once: by the end, or (refused) on its own.
