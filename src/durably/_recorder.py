@@ -57,9 +57,10 @@ class StepRecorder:
         end alone, and their callers learn of them when it is written (or, refused, they
         are written as before)."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        riding = [item for item in self._queue if item[0] == end.lease]
+        carried = {id(step) for step in end.records or ()}  # not a failed attempt's record
+        riding = [item for item in self._queue if id(item[1]) in carried]
         if riding:
-            self._queue = [item for item in self._queue if item[0] != end.lease]
+            self._queue = [item for item in self._queue if id(item[1]) not in carried]
             future.add_done_callback(lambda done: self._rode(riding, done))
         if self._idle():
             await self._alone(self._send_ends([(end, future)]))

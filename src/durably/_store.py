@@ -143,11 +143,17 @@ class Store(RunEnds):
         external: Any = None,
         expires_s: float | None = None,
     ) -> dict[str, Any]:
-        async with self.db.transaction(external) as tx:
-            sent = await self.send_signal_in(
-                tx, name, data_json, idempotency_key, run_id, expires_s
-            )
-        result = await sent()  # read after the commit: the send was one round trip
+        async def send() -> dict[str, Any]:
+            async with self.db.transaction(external) as tx:
+                sent = await self.send_signal_in(
+                    tx, name, data_json, idempotency_key, run_id, expires_s
+                )
+            return await sent()  # read after the commit: the send was one round trip
+
+        # A send locks the attempts and runs it reaches, in an order of its own: one that
+        # loses a deadlock (with a run's end, say) is run again, as a cancel is; in the
+        # caller's transaction, the caller decides.
+        result = await (send() if external is not None else self.db.retrying(send, "send_signal"))
         if result["delivered_to"]:
             self.db.notify_local("run")
         return result

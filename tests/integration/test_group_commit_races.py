@@ -244,3 +244,24 @@ async def test_a_record_still_waiting_for_its_batch_goes_with_its_runs_end(
         # The waiting record was written once: by the end, or (refused) on its own.
         assert counting.written.count("second") == (1 if refused else 0)
         assert counting.written.count("first") == 1
+
+
+async def test_a_record_the_end_does_not_carry_is_written_on_its_own(db_url: str) -> None:
+    """Only what the end carries rides with it: a failed attempt's record queued beside it
+    (not a record the end knows of) is still written."""
+    from durably._recorder import StepRecorder
+
+    app = _app(db_url)
+    async with app:
+        await _new(app, "r1")
+        [row] = await app.store.claim("w", PAIR, 1, 30.0)
+        lease = Lease("r1", row["fence"], "w")
+        recorder = StepRecorder(app.store, "w")
+        failed = PendingStep(1, 1, "flaky", "function", "failed",
+                             error={"type": "E", "message": "boom"})  # fmt: skip
+        recording = asyncio.create_task(recorder.record(lease, failed))
+        await asyncio.sleep(0)  # queued for the loop's next turn: the end comes first
+        assert await recorder.finish(RunEnd(lease, "completed", '"done"', None, []))
+        await recording
+        steps = {s.step: s.status for s in await app.store.list_steps("r1")}
+        assert steps.get("flaky") == "failed"

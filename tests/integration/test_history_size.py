@@ -240,3 +240,51 @@ def _whole_reads(node: dict[str, Any]) -> list[str]:
     for child in node.get("Plans", []):
         found += _whole_reads(child)
     return found
+
+
+async def test_an_operator_query_is_planned_with_its_parameters(pg_url: str) -> None:
+    """The engine's connections plan generically; a query whose plan depends on its
+    parameters (`-- plan: each call`: optional filters) must not: listing the few failed
+    runs among many reads about as many rows as it returns."""
+    async with _app(pg_url):
+        pass  # the schema
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await _fill(conn)
+        await conn.execute(f"UPDATE {SCHEMA}.runs SET status = 'failed' WHERE id LIKE 'done-%00'")
+        await conn.execute(f"ANALYZE {SCHEMA}.runs")
+        before = await _rows_read(conn)
+        app = _app(pg_url)
+        async with app:
+            for _ in range(7):  # past PostgreSQL's five custom plans of a prepared statement
+                failed = await app.list_runs(status="failed", limit=1000)
+        read = await _rows_read(conn) - before
+    assert len(failed) == FINISHED // 100
+    assert read < 7 * 2 * len(failed), f"{read} rows read to list {len(failed)} runs 7 times"
+
+
+async def test_a_signal_sent_to_one_run_reads_that_runs_waits_only(pg_url: str) -> None:
+    """Many runs wait on one name; a send addressed to one of them reads its waits, not
+    every wait on the name (one generic plan serves both kinds of send)."""
+    async with _app(pg_url):
+        pass  # the schema
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute(f"""
+            INSERT INTO {SCHEMA}.runs (id, namespace, workflow, version, status, input,
+                attempts, created_at, started_at, waiting_for)
+            SELECT 'approver-' || g, 'default', 'waiter', 'v1', 'waiting', '"x"', 1, now(),
+                   now(), 'signal:approval'
+            FROM generate_series(1, {PARKED}) g""")
+        await conn.execute(f"""
+            INSERT INTO {SCHEMA}.step_attempts (run_id, position, attempt, step, kind,
+                status, final, fence, signal, started_at)
+            SELECT 'approver-' || g, 1, 1, 'approval', 'signal-wait', 'running', false, 1,
+                   'approval', now()
+            FROM generate_series(1, {PARKED}) g""")
+        await conn.execute(f"ANALYZE {SCHEMA}.runs")
+        await conn.execute(f"ANALYZE {SCHEMA}.step_attempts")
+        before = await _rows_read(conn)
+        async with _app(pg_url) as app:
+            sent = await app.send_signal("approval", {"ok": True}, run_id="approver-77")
+        read = await _rows_read(conn) - before
+    assert sent["delivered_to"] == ["approver-77"]
+    assert read < PARKED / 10, f"{read} rows read to send to one of {PARKED} waiting runs"

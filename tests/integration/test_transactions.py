@@ -272,3 +272,28 @@ async def test_a_migration_behind_a_long_transaction_holds_up_no_statement(
         assert not migrating.done()
         await holder.execute("COMMIT")
     assert await asyncio.wait_for(migrating, scaled(10)) == ["0999_next.sql"]
+
+
+@pytest.mark.parametrize("ends", ["commit", "rollback"])
+async def test_a_body_cannot_end_its_own_transaction(pg_url: str, ends: str) -> None:
+    """The business write commits with the step's record or not at all: a body that
+    commits (or rolls back, and writes on outside the step's transaction) is refused."""
+    _business_table(pg_url)
+    app = Durably(pg_url)
+
+    async def body(conn: Any) -> None:
+        if ends == "rollback":
+            await conn.rollback()
+        await conn.execute("INSERT INTO biz.library VALUES ('k1')")
+        if ends == "commit":
+            await conn.commit()
+        raise RuntimeError("the body fails after its write")
+
+    @app.workflow(name="wf")
+    async def wf(ctx: Any) -> None:
+        await ctx.step.transaction("register", body, retry=RetryPolicy(max_attempts=1))
+
+    async with app, app.worker():
+        with pytest.raises(RunFailedError):
+            await (await wf.start()).result(timeout=scaled(10))
+    assert _library(pg_url) == []

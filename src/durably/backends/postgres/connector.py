@@ -49,10 +49,32 @@ def _json_as_text(data: str | bytes) -> str:
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(_json_as_text, conn)
+
+
+async def _configure_engine(conn: psycopg.AsyncConnection[Any]) -> None:
+    await _configure(conn)
     # The engine's statements are few, run all the time, and fit one plan each: planned
     # once (PostgreSQL would plan some of them again for every call, 0.3-0.5 ms each).
-    # A `step.transaction` body gets the server's own setting back (`_body_transaction`).
+    # The setting holds for every statement with parameters, prepared or not: what must
+    # be planned otherwise (a user's body, an operator's query) runs on `_Pools.plain`.
     await conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
+Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
+
+
+@dataclass(frozen=True)
+class _Pools:
+    """The connector's connections."""
+
+    engine: Pool  # the engine's own statements, planned once each, generically
+    lease: Pool  # lease renewals: queued behind the step records of 50 runs for an engine
+    # connection, they took over a second on a busy machine, and the leases ran out
+    plain: Pool  # planned as the server says: `step.transaction` bodies and the operator
+    # queries whose plan depends on their parameters (`-- plan: each call`); opened as used
+
+    def all(self) -> tuple[Pool, ...]:
+        return (self.engine, self.lease, self.plain)
 
 
 # Connection defaults a URL may override: notice a dead peer in about 20 s, not hours.
@@ -235,20 +257,6 @@ async def _pipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycop
         raise
 
 
-@contextlib.asynccontextmanager
-async def _body_transaction(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
-    """A transaction for a `step.transaction` body: the user's statements are planned as
-    the server is set to plan them, not as the engine's are (`_configure`); its BEGIN
-    says so in the same round trip."""
-    await conn.execute("BEGIN; SET LOCAL plan_cache_mode TO DEFAULT")
-    try:
-        yield
-    except BaseException:
-        await _roll_back(conn)
-        raise
-    await conn.execute("COMMIT")
-
-
 class PostgresConnector:
     """Runs durably's named queries on PostgreSQL."""
 
@@ -260,8 +268,7 @@ class PostgresConnector:
         self.schema = schema
         self.channel = f"durably_{schema}"
         self._pool_size = pool_size
-        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
-        self._lease_pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+        self._pools: _Pools | None = None
         self._queries = Queries({}, frozenset())
         self._lock = asyncio.Lock()
         self._closed = False
@@ -269,26 +276,31 @@ class PostgresConnector:
     async def open(self) -> None:
         async with self._lock:
             self._closed = False
-            if self._pool is not None:
+            if self._pools is not None:
                 return
             try:
                 async with await psycopg.AsyncConnection.connect(self._conninfo) as conn:
                     self._queries = self._render(conn)
             except psycopg.OperationalError as exc:
                 raise DatabaseUnavailable(f"PostgreSQL is unavailable: {_text(exc)}") from exc
-            # Lease renewals have a connection of their own: queued behind the step records
-            # of 50 runs for a pooled one, they took over a second on a busy machine, and the
-            # leases they were keeping ran out.
-            self._lease_pool = await self._open_pool(1)
-            self._pool = await self._open_pool(self._pool_size)
+            self._pools = _Pools(
+                engine=await self._open_pool(1, self._pool_size, _configure_engine),
+                lease=await self._open_pool(1, 1, _configure_engine),
+                plain=await self._open_pool(0, self._pool_size, _configure),
+            )
 
-    async def _open_pool(self, size: int) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
-        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+    async def _open_pool(
+        self,
+        min_size: int,
+        max_size: int,
+        configure: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]],
+    ) -> Pool:
+        pool: Pool = AsyncConnectionPool(
             self._conninfo,
-            min_size=1,
-            max_size=size,
+            min_size=min_size,
+            max_size=max_size,
             kwargs={"autocommit": True},
-            configure=_configure,
+            configure=configure,
             open=False,
             timeout=CHECKOUT_S,
             reconnect_timeout=3600,
@@ -306,10 +318,9 @@ class PostgresConnector:
 
     async def close(self) -> None:
         self._closed = True
-        pools, self._pool, self._lease_pool = (self._pool, self._lease_pool), None, None
-        for pool in pools:
-            if pool is not None:
-                await pool.close()
+        pools, self._pools = self._pools, None
+        for pool in pools.all() if pools is not None else ():
+            await pool.close()
 
     async def migrate(self) -> list[str]:
         """Apply the migrations not yet applied, in one transaction.
@@ -378,24 +389,26 @@ class PostgresConnector:
         if external is not None:
             yield PgTx(external, await self._ensure_queries(), external=True)
             return
-        pool = await self._ensure_pool()
+        pools = await self._ensure_pools()
         try:
-            async with pool.connection() as conn:
-                if pipelined:
-                    async with _pipelined(conn) as pipeline:
-                        yield PgTx(conn, self._queries, pipeline=pipeline)
-                else:
-                    async with _body_transaction(conn):
-                        yield PgTx(conn, self._queries)
+            if pipelined:
+                async with pools.engine.connection() as conn, _pipelined(conn) as pipeline:
+                    yield PgTx(conn, self._queries, pipeline=pipeline)
+            else:  # a body's: its statements are planned as the server says
+                async with pools.plain.connection() as conn, conn.transaction():
+                    yield PgTx(conn, self._queries)
         except psycopg.Error as exc:  # the engine's statements, the commit, or the body's
             await self._raise_for(exc)
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
         """One named query in a transaction of its own (autocommit: one round trip), run
         again as `retrying` says."""
-        pool = await self._ensure_pool()
-        if query == "heartbeat" and self._lease_pool is not None:
-            pool = self._lease_pool
+        pools = await self._ensure_pools()
+        pool = pools.engine
+        if query == "heartbeat":
+            pool = pools.lease
+        elif query in self._queries.each_call:
+            pool = pools.plain
 
         async def once() -> list[Row]:
             try:
@@ -436,23 +449,22 @@ class PostgresConnector:
                 "the schema changed under the engine's prepared statements (a "
                 "migration by another process?); replacing the pool's connections"
             )
-            for pool in (self._pool, self._lease_pool):
-                if pool is not None:  # one in use is closed when it comes back
-                    with contextlib.suppress(psycopg.Error):
-                        await pool.drain()
+            for pool in self._pools.all() if self._pools is not None else ():
+                with contextlib.suppress(psycopg.Error):  # one in use: closed when back
+                    await pool.drain()
             raise DatabaseConflict(f"the schema changed under a statement: {_text(exc)}") from exc
         _raise_classified(exc)
 
-    async def _ensure_pool(self) -> AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
-        if self._pool is None:
+    async def _ensure_pools(self) -> _Pools:
+        if self._pools is None:
             if self._closed:  # a task that outlived close() must not open a new pool
                 raise DatabaseUnavailable("the app is closed (Durably.close())")
             await self.open()
-        assert self._pool is not None
-        return self._pool
+        assert self._pools is not None
+        return self._pools
 
     async def _ensure_queries(self) -> Queries:
-        await self._ensure_pool()
+        await self._ensure_pools()
         return self._queries
 
     async def listen(self, on_message: Callable[[str], None]) -> Callable[[], Awaitable[None]]:

@@ -550,16 +550,27 @@ WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency
 -- it is stored as delivered to them, or buffered for the next wait when none waits.
 -- The data waits on the attempt until the run's own worker records it (see 0004).
 WITH targets AS (
-    SELECT DISTINCT ON (a.run_id) a.id
-    FROM {schema}.step_attempts a JOIN {schema}.runs r ON r.id = a.run_id
-    WHERE a.kind = 'signal-wait' AND a.status = 'running' AND a.signal = :name
-      AND a.delivered_at IS NULL AND r.namespace = :namespace
-      AND r.status IN ('pending', 'running', 'waiting')
-      AND (CAST(:run_id AS text) IS NULL OR a.run_id = :run_id)
-    ORDER BY a.run_id, a.position
+    -- Every run waiting on the name, or the one addressed: two branches, one of which
+    -- reads nothing, so that one generic plan reads by name or by run as each call needs.
+    SELECT DISTINCT ON (w.run_id) w.id
+    FROM (
+        SELECT a.id, a.run_id, a.position FROM {schema}.step_attempts a
+        WHERE CAST(:run_id AS text) IS NULL AND a.signal = :name
+          AND a.kind = 'signal-wait' AND a.status = 'running' AND a.delivered_at IS NULL
+        UNION ALL
+        SELECT a.id, a.run_id, a.position FROM {schema}.step_attempts a
+        WHERE a.run_id = :run_id AND a.signal = :name
+          AND a.kind = 'signal-wait' AND a.status = 'running' AND a.delivered_at IS NULL
+    ) w CROSS JOIN LATERAL (  -- each run looked up (see finish_many's `locked`)
+        SELECT 1 FROM {schema}.runs r
+        WHERE r.id = w.run_id AND r.namespace = :namespace
+          AND r.status IN ('pending', 'running', 'waiting')
+        OFFSET 0
+    ) r
+    ORDER BY w.run_id, w.position
 ), waits AS (
     UPDATE {schema}.step_attempts a SET output = CAST(:data AS jsonb), delivered_at = now()
-    FROM targets WHERE a.id = targets.id
+    WHERE a.id = ANY(ARRAY(SELECT id FROM targets))  -- looked up (see claim)
     RETURNING a.run_id
 ), woke AS (
     UPDATE {schema}.runs r SET
@@ -567,7 +578,7 @@ WITH targets AS (
         status = CASE WHEN r.status = 'waiting' THEN 'pending' ELSE r.status END,
         available_at = CASE WHEN r.status = 'waiting' THEN now() ELSE r.available_at END,
         updated_at = now()
-    WHERE r.id IN (SELECT run_id FROM waits)
+    WHERE r.id = ANY(ARRAY(SELECT run_id FROM waits))
     RETURNING r.id, r.wake_requested
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM woke LIMIT 1) AS x
