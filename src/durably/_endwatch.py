@@ -23,7 +23,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from .backends import LISTENING, Connector
 
-SAFETY_POLL_S = 5.0
+# A listening connection may be gone without a word, or never hear anything (behind a
+# pooler in transaction mode): waiters are then up to this late. One query checks them all.
+SAFETY_POLL_S = 1.0
 
 StopListening = Callable[[], Awaitable[None]]
 

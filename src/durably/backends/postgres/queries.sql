@@ -391,7 +391,7 @@ WITH e AS (
     UNION SELECT p.parent_run_id FROM e CROSS JOIN LATERAL (
         SELECT c.parent_run_id FROM {schema}.runs c WHERE c.id = e.run_id OFFSET 0) p
     WHERE p.parent_run_id IS NOT NULL
-), locked AS (
+), locked AS MATERIALIZED (
     -- All locked in id order before any is updated, each read by its id: OFFSET 0 keeps
     -- the read a lookup (the planner counts 100 rows for a batch of any size, and would
     -- rather read every run than look up that many).
