@@ -79,12 +79,14 @@ class Command:
     lifecycle: Callable[[Execution, Command], Awaitable[None]]
     result_type: Any = Any
     compensate: Callable[..., Any] | None = None
+    signal: str | None = None  # the name a signal wait waits for
     awaited: bool = False
     gate: int = 0  # results up to this seq must be durable before the lifecycle starts
     recording: bool = False  # the outcome is known, its record is being written
     wait: Wait | None = None
     timer: asyncio.TimerHandle | None = None
     poked: bool = False  # taken up again because something may have arrived
+    poke_kept: bool = False  # a poke found it busy: taken up when it waits again
     active: bool = False  # its lifecycle is running
     abandoned: bool = False  # the workflow stopped awaiting it
     body: asyncio.Future[Any] | None = None

@@ -357,9 +357,12 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         await self._quiesce()
         attempts = self.row["attempts"]
         if retry and attempts < self.row["max_attempts"]:
-            for cmd in self.commands.values():  # its waits end with it
-                if cmd.wait is not None and not cmd.settled:
-                    await self.store.abandon_wait(self.lease, cmd.position, cmd.wait.attempt)
+            # Its waits end with it: what they hold goes to the run's buffer (no `signal`:
+            # none of them takes it), for the next attempt's waits.
+            for cmd in self.commands.values():
+                attempt = self.running_wait(cmd)
+                if attempt is not None:
+                    await self.store.abandon_wait(self.lease, cmd.position, attempt)
             delay = self.workflow.retry.delay(attempts).total_seconds()
             log.warning("run %s: attempt %d failed (%s); retrying in %gs",
                         self.run_id, attempts, error, delay)  # fmt: skip

@@ -1,8 +1,10 @@
 """Waits while a run executes: a sleep, a time-out or a retry back-off fires on time beside
 bodies that are still working; a signal or a child's end that arrives meanwhile is picked
-up (`poke`); a wait the workflow stopped awaiting (a `wait_first` loser) ends, giving back
-a signal already delivered to it, or taken by it if it ended too. When nothing but waits
-is left, the run parks instead.
+up (`poke`, even while the wait's lifecycle is still running: it is kept for its end); a
+wait the workflow stopped awaiting (a `wait_first` loser) ends, giving back a signal
+already delivered to it, or taken by it if it ended too. A signal given back goes to the
+run's next wait on that name if one began meanwhile (it is taken up at once), else to the
+run's buffer. When nothing but waits is left, the run parks instead.
 """
 
 from __future__ import annotations
@@ -42,17 +44,36 @@ class LiveWaits:
         if cmd.abandoned:
             self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
             return
+        if cmd.poke_kept:  # something arrived while its lifecycle ran: look now
+            self._take_up(cmd, True)
+            return
         if cmd.wait.wake_at is not None:
             delay = max((cmd.wait.wake_at - self.now()).total_seconds(), 0.0)
             cmd.timer = self._home_loop().call_later(delay, self._take_up, cmd, False)
 
+    def running_wait(self, cmd: Command) -> int | None:
+        """The attempt of `cmd`'s wait while it may be recorded running: it waits, or it was
+        taken up (its time came, or a signal) and its lifecycle has not run again, as when
+        that happens while the execution ends."""
+        if cmd.settled:
+            return None
+        if cmd.wait is not None:
+            return cmd.wait.attempt
+        rec = cmd.recorded
+        return rec.attempt if cmd in self._to_start and rec and rec.waiting else None
+
     def _take_up(self, cmd: Command, poked: bool) -> None:
-        if (self.stop or self.fatal or self.concluded or cmd.settled or cmd.abandoned
-                or cmd.active or cmd.wait is None):  # fmt: skip
+        if self.stop or self.fatal or self.concluded or cmd.settled or cmd.abandoned:
+            return
+        if cmd.active or cmd.wait is None:
+            # Its lifecycle runs, or is yet to run: it may have looked before what the poke
+            # announces was there. The poke is kept for when it leaves a wait (`_arm`).
+            cmd.poke_kept = cmd.poke_kept or poked
             return
         if cmd.timer is not None:
             cmd.timer.cancel()
-        cmd.recorded, cmd.wait, cmd.timer, cmd.poked = cmd.wait.resume(cmd), None, None, poked
+        cmd.recorded, cmd.wait, cmd.timer = cmd.wait.resume(cmd), None, None
+        cmd.poked, cmd.poke_kept = poked, False
         self._to_start.append(cmd)
         self._changed.set()
 
@@ -80,24 +101,36 @@ class LiveWaits:
 
     def give_back(self, cmd: Command, seq: int) -> None:
         """The workflow stopped awaiting signal wait `cmd` after it ended (log entry `seq`):
-        the signal it took goes back to the run's buffer, once its record is durable. Both
-        waits of a `wait_first` may end before the workflow sees the first."""
+        the signal it took goes back to the run, once its record is durable. Both waits of
+        a `wait_first` may end before the workflow sees the first."""
         if not self.collect_only:
             self._spawn(cmd, self._give_back(cmd, seq))
 
     async def _give_back(self, cmd: Command, seq: int) -> None:
+        assert cmd.signal is not None
         try:
             await self._durable_through(seq)
             if self.stop is None and self.fatal is None:  # else the next claim's replay does
-                await self.store.give_back_signal(self.lease, cmd.position, seq)
+                self._given_to(
+                    await self.store.give_back_signal(self.lease, cmd.signal, cmd.position, seq)
+                )
         except Exception as exc:
             if not self.concluded:
                 self.halt(Stop(f"{type(exc).__name__}: {exc}"))
 
     async def _abandon(self, cmd: Command, attempt: int) -> None:
         try:
-            await self.store.abandon_wait(self.lease, cmd.position, attempt)
+            self._given_to(
+                await self.store.abandon_wait(self.lease, cmd.position, attempt, cmd.signal)
+            )
         except Exception as exc:
             if not self.concluded:
                 self.halt(Stop(f"{type(exc).__name__}: {exc}"))
         cmd.wait = None
+
+    def _given_to(self, position: int | None) -> None:
+        """A signal given back went to the run's wait at `position` (it began while the
+        signal was on its way back): take that wait up, as a send's poke would."""
+        cmd = self.commands.get(position) if position is not None else None
+        if cmd is not None:
+            self._take_up(cmd, poked=True)

@@ -58,13 +58,14 @@ class StepApi:
     def _issue(
         self, name: str, kind: str, lifecycle: Callable[..., Any], *,
         result_type: Any = Any, compensate: Callable[..., Any] | None = None,
+        signal: str | None = None,
     ) -> Command:  # fmt: skip
         x = self._x
 
         def make(position: int) -> Command:
             return Command(
                 position, name, kind, x.loop.create_future(), None, lifecycle,
-                result_type=result_type, compensate=compensate,
+                result_type=result_type, compensate=compensate, signal=signal,
             )  # fmt: skip
 
         return x.issue(make, name, kind)
@@ -182,7 +183,7 @@ class StepApi:
         A signal sent before this wait began was buffered and is received at once.
         """
         lifecycle = functools.partial(w.run_signal_wait, signal=signal, timeout=_seconds(timeout))
-        return StepCall(self._issue(name or signal, "signal-wait", lifecycle))
+        return StepCall(self._issue(name or signal, "signal-wait", lifecycle, signal=signal))
 
     def send_signal(
         self, signal: str, data: Any = None, *, idempotency_key: str | None = None,

@@ -22,6 +22,7 @@ from ._errors import (
     RunNotFound,
     RunTerminalError,
 )
+from ._giveback import GiveBacks
 from ._models import Run, StepAttempt
 from ._records import Lease, NewRun, PendingStep
 from .backends import Connector, Row, Tx
@@ -36,7 +37,7 @@ class _BodyFailed(Exception):
         self.error = error
 
 
-class Store(RunEnds):
+class Store(RunEnds, GiveBacks):
     """durably's tables, as operations."""
 
     def __init__(self, connector: Connector, namespace: str) -> None:
@@ -432,22 +433,6 @@ class Store(RunEnds):
                 raise
         assert output is not None
         return output
-
-    async def abandon_wait(self, lease: Lease, position: int, attempt: int) -> None:
-        """End a wait the workflow stopped awaiting; a signal delivered to it goes back to
-        the run's buffer."""
-        rows = await self.db.fetch(
-            "abandon_wait", **lease.params(), position=position, attempt=attempt
-        )
-        if not rows or not rows[0]["held"]:
-            raise LeaseLostError(f"lost the lease on run {lease.run_id}")
-
-    async def give_back_signal(self, lease: Lease, position: int, seq: int) -> None:
-        """The workflow stopped awaiting the signal wait at `position` after it ended (as log
-        entry `seq`): the signal it took, if any, goes back to the run's buffer, once."""
-        rows = await self.db.fetch("give_back_signal", **lease.params(), position=position, seq=seq)
-        if not rows or not rows[0]["held"]:
-            raise LeaseLostError(f"lost the lease on run {lease.run_id}")
 
     async def lock_signal(self, tx: Tx, name: str) -> None:
         """Serialize with every send and wait on `name` until `tx` ends."""

@@ -19,6 +19,8 @@ from durably import (
     StepContext,
     WorkflowTimeoutError,
 )
+from durably._execution import Execution
+from durably._store import Store
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -78,6 +80,54 @@ async def test_signal_timeout_returns_none_and_is_recorded(db_url: str) -> None:
         handle = await wf.start()
         assert await handle.result(timeout=scaled(10)) == {"got": None}
         assert (await app.send_signal("never", 1))["buffered"] is True
+
+
+async def test_a_signal_sent_as_its_wait_begins_is_received_at_once(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send reaches a wait just recorded, and its poke finds the wait's lifecycle still
+    running: the poke is kept for the lifecycle's end. The run does not park (a step beside
+    the wait works on), so nothing else would take the wait up before the next heartbeat."""
+    app = Durably(db_url)
+    pokes: list[str] = []
+    poke, begin = Execution.poke, Store.begin_signal_wait
+
+    def counted(self: Execution) -> None:
+        pokes.append(self.run_id)
+        poke(self)
+
+    async def send_as_it_begins(self: Store, *args: Any) -> Any:
+        began = await begin(self, *args)
+        await app.send_signal("go", "now")  # delivered to the wait just recorded
+        await eventually(lambda: pokes, what="the send's poke")  # the lifecycle is busy
+        return began
+
+    monkeypatch.setattr(Execution, "poke", counted)
+    monkeypatch.setattr(Store, "begin_signal_wait", send_as_it_begins)
+
+    async def busy(ctx: StepContext) -> bool:
+        """Works until the wait beside it has received its signal (True), or gives up."""
+
+        async def received() -> bool:
+            steps = await app.list_steps(ctx.fence.run_id)
+            return any(s.kind == "signal-wait" and s.status == "completed" for s in steps)
+
+        try:
+            await eventually(received, timeout=3, what="the wait to receive its signal")
+        except AssertionError:
+            return False
+        return True
+
+    @app.workflow(name="go", version="v1")
+    async def go(ctx: Any) -> Any:
+        return await asyncio.gather(
+            ctx.step.wait_for_signal("go", timeout=duration(60)), ctx.step.run("busy", busy)
+        )
+
+    # Heartbeats far apart: the next would poke again (the run's `wake_requested`).
+    async with app, app.worker(lease=duration(90), heartbeat=duration(30)):
+        handle = await go.start()
+        assert await handle.result(timeout=scaled(10)) == ["now", True]
 
 
 async def test_cancel_interrupts_async_and_sync_bodies(db_url: str) -> None:

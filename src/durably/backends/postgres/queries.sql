@@ -287,6 +287,7 @@ RETURNING id;
 -- run's own buffer, once. A wait holds a signal while `delivered_at` is set (when one was
 -- delivered to it or it took one from the buffer; a wait that timed out holds none): it is
 -- cleared here, as `abandon_wait` clears it. The wait is named by its place in the log.
+-- In an execution, `deliver_buffered` follows in the same transaction (see `Store`).
 WITH lease AS (
     SELECT namespace FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
@@ -604,6 +605,39 @@ WHERE id = (
 )
 RETURNING data;
 
+-- name: deliver_buffered
+-- After a give-back (`give_back_signal`, `abandon_wait`), in its transaction, under
+-- `lock_signal` of :name: the run's earliest wait on it that began while the signal was on
+-- its way back found the buffer empty, and a recorded wait receives only what is delivered
+-- to it. It takes what the buffer holds for it now, as it would have at its start
+-- (`take_signal`), and receives it as a send delivers; its position comes back. Only the
+-- waits of the lease's workflow attempt: an earlier attempt's ended with it.
+WITH lease AS (
+    SELECT namespace FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating)
+    FOR KEY SHARE
+), wait AS (
+    SELECT a.id FROM {schema}.step_attempts a
+    WHERE a.run_id = :run_id AND a.workflow_attempt = :workflow_attempt
+      AND a.kind = 'signal-wait' AND a.status = 'running' AND a.signal = :name
+      AND a.delivered_at IS NULL
+    ORDER BY a.position LIMIT 1 FOR UPDATE  -- a cancel that ends it first: none is taken
+), taken AS (
+    UPDATE {schema}.signals SET consumed_by = :run_id, consumed_at = now()
+    WHERE id = (
+        SELECT s.id FROM {schema}.signals s, lease
+        WHERE s.namespace = lease.namespace AND s.name = :name AND s.buffered
+          AND s.consumed_at IS NULL AND (s.run_id IS NULL OR s.run_id = :run_id)
+          AND (s.expires_at IS NULL OR s.expires_at > now()) AND EXISTS (SELECT 1 FROM wait)
+        ORDER BY s.given_back DESC, s.id LIMIT 1 FOR UPDATE OF s
+    )
+    RETURNING data
+)
+UPDATE {schema}.step_attempts a SET output = taken.data, delivered_at = now()
+FROM wait, taken WHERE a.id = wait.id
+RETURNING a.position;
+
 -- name: list_tables
 SELECT table_schema || '.' || table_name AS name FROM information_schema.tables
 WHERE table_schema = :schema ORDER BY table_name;
@@ -693,7 +727,8 @@ SELECT ins.*, lease.status AS run_status FROM ins JOIN lease ON lease.id = ins.r
 
 -- name: abandon_wait
 -- The workflow stopped waiting (a `wait_first` loser, a workflow retry): the wait ends
--- canceled; a signal already delivered to it goes back to the run's buffer.
+-- canceled; a signal already delivered to it goes back to the run's buffer (for a loser,
+-- `deliver_buffered` follows in the same transaction).
 WITH lease AS (
     SELECT namespace FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id

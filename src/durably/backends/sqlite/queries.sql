@@ -424,6 +424,36 @@ WHERE id = (
 )
 RETURNING data;
 
+-- name: deliver_buffered
+-- See the PostgreSQL twin. The wait receives the first signal the buffer holds for it (its
+-- position comes back); then that signal is taken, if the wait received it (`changes()`).
+WITH first AS (
+    SELECT s.data FROM {schema}_signals s JOIN {schema}_runs r ON r.id = :run_id
+    WHERE s.namespace = r.namespace AND s.name = :name AND s.buffered
+      AND s.consumed_at IS NULL AND (s.run_id IS NULL OR s.run_id = :run_id)
+      AND (s.expires_at IS NULL OR s.expires_at > now())
+    ORDER BY s.given_back DESC, s.id LIMIT 1
+)
+UPDATE {schema}_step_attempts SET output = (SELECT data FROM first), delivered_at = now()
+WHERE id = (
+    SELECT a.id FROM {schema}_step_attempts a
+    WHERE a.run_id = :run_id AND a.workflow_attempt = :workflow_attempt
+      AND a.kind = 'signal-wait' AND a.status = 'running' AND a.signal = :name
+      AND a.delivered_at IS NULL
+    ORDER BY a.position LIMIT 1)
+  AND EXISTS (SELECT 1 FROM first)
+  AND EXISTS (SELECT 1 FROM {schema}_runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running' OR compensating))
+RETURNING position;
+UPDATE {schema}_signals SET consumed_by = :run_id, consumed_at = now()
+WHERE changes() = 1 AND id = (  -- the same one: the given-back signal, first, never expires
+    SELECT s.id FROM {schema}_signals s JOIN {schema}_runs r ON r.id = :run_id
+    WHERE s.namespace = r.namespace AND s.name = :name AND s.buffered
+      AND s.consumed_at IS NULL AND (s.run_id IS NULL OR s.run_id = :run_id)
+      AND (s.expires_at IS NULL OR s.expires_at > now())
+    ORDER BY s.given_back DESC, s.id LIMIT 1);
+
 -- name: list_tables
 SELECT name FROM sqlite_master
 WHERE type = 'table' AND name LIKE :schema || '\_%' ESCAPE '\' ORDER BY name;
