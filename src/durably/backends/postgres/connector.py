@@ -319,8 +319,8 @@ class PostgresConnector:
     async def close(self) -> None:
         self._closed = True
         pools, self._pools = self._pools, None
-        for pool in pools.all() if pools is not None else ():
-            await pool.close()
+        if pools is not None:  # each closed, whatever another one's close raises
+            await asyncio.gather(*(pool.close() for pool in pools.all()), return_exceptions=True)
 
     async def migrate(self) -> list[str]:
         """Apply the migrations not yet applied, in one transaction.
