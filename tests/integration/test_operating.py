@@ -182,9 +182,9 @@ async def test_patched_is_false_for_history_recorded_before_the_patch(db_url: st
             await app.send_signal(f"go:{fresh.run_id}", 3)
             assert await fresh.result(timeout=scaled(10)) == [
                 "a", "new-before", 3, "new-after", "b"]  # fmt: skip
-    kinds = [(s.step, s.kind) for s in await app.list_steps(new.run_id)]
-    assert ("before-wait", "patch") in kinds and ("after-wait", "patch") in kinds
-    assert [s.kind for s in await app.list_steps(fresh.run_id)].count("patch") == 1
+        kinds = [(s.step, s.kind) for s in await app.list_steps(new.run_id)]
+        assert ("before-wait", "patch") in kinds and ("after-wait", "patch") in kinds
+        assert [s.kind for s in await app.list_steps(fresh.run_id)].count("patch") == 1
 
 
 async def test_a_signal_delivered_to_a_canceled_run_waits_for_its_resume(db_url: str) -> None:
