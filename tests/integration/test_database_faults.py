@@ -18,6 +18,7 @@ import pytest
 
 from durably import DatabaseUnavailable, Durably, RetryPolicy, RunFailedError
 from durably.backends.postgres import connector as pg
+from durably.backends.postgres.transactions import PgTx
 from durably.backends.sqlite import connector as lite
 from tests.faults import FaultProxy
 from tests.helpers import duration, scaled
@@ -167,17 +168,17 @@ async def test_a_deadlocked_statement_is_run_again_then_reported_as_such(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = Durably(pg_url)
-    real = pg.PgTx._fetch
+    real = PgTx._fetch
     failures = [2]
 
-    async def conflicted(self: pg.PgTx, query: str, params: dict[str, Any]) -> Any:
+    async def conflicted(self: PgTx, query: str, params: dict[str, Any]) -> Any:
         if query == "get_run" and failures[0] > 0:
             failures[0] -= 1
             raise psycopg.errors.DeadlockDetected("deadlock detected")
         return await real(self, query, params)
 
     async with app:
-        monkeypatch.setattr(pg.PgTx, "_fetch", conflicted)
+        monkeypatch.setattr(PgTx, "_fetch", conflicted)
         assert await app.store.db.fetch("get_run", run_id="none") == []  # third time lucky
         failures[0] = 100
         with pytest.raises(DatabaseUnavailable) as raised:

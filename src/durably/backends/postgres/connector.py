@@ -25,30 +25,25 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, LiteralString, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from ..._errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable
 from .. import _queries
-from .._base import LISTENING, Fetched, Row, Sent
+from .._base import LISTENING, Row
+from .transactions import PgTx, Queries, json_as_text, pipelined_transaction
 
 log = logging.getLogger("durably.postgres")
 T = TypeVar("T")
 
 
-def _json_as_text(data: str | bytes) -> str:
-    # The engine decodes JSON itself, lazily and the same way for both dialects.
-    return data if isinstance(data, str) else data.decode()
-
-
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
-    set_json_loads(_json_as_text, conn)
+    set_json_loads(json_as_text, conn)
 
 
 async def _configure_engine(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -81,7 +76,6 @@ class _Pools:
 CONNECTION_DEFAULTS = {"connect_timeout": "10", "keepalives": "1", "keepalives_idle": "10",
                        "keepalives_interval": "3", "keepalives_count": "3"}  # fmt: skip
 CHECKOUT_S = 10.0  # waiting for a pooled connection
-STATEMENT_S = 30.0  # one of the engine's own statements (they take milliseconds)
 CONFLICT_TRIES = 4  # a statement aborted as a deadlock or serialization failure
 MIGRATION_LOCK_S = 1.0  # a migration's wait for one table lock, before it tries again
 MIGRATION_PATIENCE_S = 600.0  # how long a migration keeps trying
@@ -138,123 +132,6 @@ def _raise_classified(exc: psycopg.Error) -> NoReturn:
     if translated is exc:
         raise exc
     raise translated from exc
-
-
-@dataclass(frozen=True)
-class Queries:
-    """The named queries rendered for one schema, and those planned each call."""
-
-    sql: dict[str, list[LiteralString]]
-    each_call: frozenset[str]
-
-
-class PgTx:
-    """A transaction on one connection (ours, or the caller's)."""
-
-    def __init__(
-        self,
-        conn: Any,
-        queries: Queries,
-        external: bool = False,
-        pipeline: psycopg.AsyncPipeline | None = None,
-    ) -> None:
-        self._conn = conn
-        self._queries = queries
-        self._external = external
-        self._pipeline = pipeline
-
-    def _prepare(self, query: str) -> bool | None:
-        """Prepared on first use, but on the caller's connection (psycopg's own rule) and
-        for a query planned with its parameters each call (`-- plan: each call`)."""
-        if self._external:
-            return None
-        return query not in self._queries.each_call
-
-    @property
-    def connection(self) -> Any:
-        return self._conn
-
-    async def fetch(self, query: str, **params: Any) -> list[Row]:
-        if self._external:
-            return await self._fetch(query, params)
-        try:
-            async with asyncio.timeout(STATEMENT_S):
-                return await self._fetch(query, params)
-        except TimeoutError as exc:
-            raise DatabaseUnavailable(
-                f"PostgreSQL did not answer within {STATEMENT_S:g} s ({query})"
-            ) from exc
-
-    async def send(self, query: str, **params: Any) -> Sent:
-        if self._pipeline is None:
-            return Fetched(await self.fetch(query, **params))
-        cursors = []
-        for statement in self._queries.sql[query]:  # queued: nothing waits for the server
-            cur = self._conn.cursor(row_factory=dict_row)
-            await cur.execute(statement, params, prepare=self._prepare(query))
-            cursors.append(cur)
-        return _Queued(cursors, self._pipeline)
-
-    async def _fetch(self, query: str, params: dict[str, Any]) -> list[Row]:
-        rows: list[Row] = []
-        for statement in self._queries.sql[query]:
-            cur = self._conn.cursor(row_factory=dict_row)
-            if self._external:  # the caller's connection: leave its own loaders alone
-                set_json_loads(_json_as_text, cur)
-            result = cur.execute(statement, params, prepare=self._prepare(query))
-            if isinstance(self._conn, psycopg.AsyncConnection):
-                await result
-                if self._pipeline is not None:  # what was queued goes now, with this
-                    await self._pipeline.sync()
-                if cur.description is not None:
-                    rows = await cur.fetchall()
-            elif cur.description is not None:
-                # The caller's sync connection (through durably.sync): a blocking call made
-                # from the facade's own thread, never from a worker's event loop.
-                rows = cur.fetchall()
-        return rows
-
-
-class _Queued:
-    """A statement queued in a pipeline: its rows, once they have arrived (the pipeline
-    is synced for them if they have not)."""
-
-    def __init__(
-        self, cursors: list[psycopg.AsyncCursor[Row]], pipeline: psycopg.AsyncPipeline
-    ) -> None:
-        self._cursors = cursors
-        self._pipeline = pipeline
-
-    async def rows(self) -> list[Row]:
-        if any(cur.pgresult is None for cur in self._cursors):
-            await self._pipeline.sync()
-        rows: list[Row] = []
-        for cur in self._cursors:
-            if cur.description is not None:
-                rows = await cur.fetchall()
-        return rows
-
-
-async def _roll_back(conn: psycopg.AsyncConnection[Any]) -> None:
-    """End a transaction of ours that failed, if the connection is still in it."""
-    if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
-        with contextlib.suppress(psycopg.Error):
-            await conn.execute("ROLLBACK")
-
-
-@contextlib.asynccontextmanager
-async def _pipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[psycopg.AsyncPipeline]:
-    """A transaction in pipeline mode whose BEGIN goes with the first statement and whose
-    COMMIT is its one round trip of its own. (psycopg's `transaction()` syncs the pipeline
-    on the way in and three times on the way out.)"""
-    try:
-        async with conn.pipeline() as pipeline:
-            await conn.execute("BEGIN")
-            yield pipeline
-            await conn.execute("COMMIT")  # sent, and its answer read, as the pipeline ends
-    except BaseException:
-        await _roll_back(conn)
-        raise
 
 
 class PostgresConnector:
@@ -392,7 +269,10 @@ class PostgresConnector:
         pools = await self._ensure_pools()
         try:
             if pipelined:
-                async with pools.engine.connection() as conn, _pipelined(conn) as pipeline:
+                async with (
+                    pools.engine.connection() as conn,
+                    pipelined_transaction(conn) as pipeline,
+                ):
                     yield PgTx(conn, self._queries, pipeline=pipeline)
             else:  # a body's: its statements are planned as the server says
                 async with pools.plain.connection() as conn, conn.transaction():
