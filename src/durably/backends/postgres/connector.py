@@ -1,5 +1,7 @@
-"""PostgreSQL through psycopg 3: a pool of autocommit connections, one connection for
-lease renewals (never queued behind the work they keep valid), and one for LISTEN.
+"""PostgreSQL through psycopg 3: three pools of autocommit connections (`_Pools`: the
+engine's statements, planned once; lease renewals; `step.transaction` bodies and operator
+queries, planned as the server says) and one connection for LISTEN. The transactions on a
+connection are in `transactions.py`.
 
 What the engine makes of a driver error (`classify`):
 
