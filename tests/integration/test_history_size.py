@@ -297,3 +297,40 @@ async def test_a_signal_sent_to_one_run_reads_that_runs_waits_only(pg_url: str) 
         read = await _rows_read(conn) - before
     assert sent["delivered_to"] == ["approver-77"]
     assert read < PARKED / 10, f"{read} rows read to send to one of {PARKED} waiting runs"
+
+
+async def test_no_engine_statement_reads_runs_by_status_after_a_burst(pg_url: str) -> None:
+    """Runs analyzed while finished, then started in a burst the statistics have not seen:
+    the engine's statements still look runs up by id, never through runs_status (the
+    statistics call 'running' rare; that index would read every running run)."""
+    from durably.backends import _queries
+
+    async with _app(pg_url):
+        pass  # the schema
+    package = "durably.backends.postgres"
+    by_status = []
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute(f"ALTER TABLE {SCHEMA}.runs SET (autovacuum_enabled = false)")
+        await conn.execute(f"""
+            INSERT INTO {SCHEMA}.runs (id, namespace, workflow, version, status, input,
+                attempts, created_at, fence, worker_id, lease_expires_at, parent_run_id)
+            SELECT 'r-' || g, 'default', 'waiter', 'v1', 'completed', '1', 1, now(), 1, 'w',
+                   now() + interval '1 hour', CASE WHEN g % 2 = 0 THEN 'r-' || (g - 1) END
+            FROM generate_series(1, {FINISHED}) g""")
+        await conn.execute(f"ANALYZE {SCHEMA}.runs")
+        await conn.execute(f"UPDATE {SCHEMA}.runs SET status = 'running'")  # the burst
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        # Counting running runs per queue is what runs_status is for.
+        skipped = OPERATOR | _queries.marked(package, "plan: each call") | {"queue_counts"}
+        for name, statements in _queries.load(package, "named").items():
+            if name in skipped:
+                continue
+            for statement in statements:
+                sql, arity = _numbered(statement.replace("{schema}", SCHEMA))
+                await conn.execute(f"PREPARE plan_of AS {sql}")
+                args = f"({', '.join(['NULL'] * arity)})" if arity else ""
+                rows = await (await conn.execute(f"EXPLAIN EXECUTE plan_of{args}")).fetchall()
+                await conn.execute("DEALLOCATE plan_of")
+                if any("runs_status" in row[0] for row in rows):
+                    by_status.append(name)
+    assert not by_status, by_status

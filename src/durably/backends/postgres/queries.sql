@@ -4,6 +4,10 @@
 -- it takes FOR KEY SHARE on the run row so that no claim (FOR UPDATE) can bump the fence
 -- before it commits, while heartbeats and cancels (plain updates) are not held up by a
 -- long `step.transaction`.
+-- A run looked up by its id (a lease, a parent) has its status tested as
+-- `(status = 'running') IS TRUE`: the same test, but not one runs_status can serve. With
+-- statistics from before a burst of runs started, the planner took that index for a
+-- "rare" status and read every running run.
 -- The engine's statements are prepared and planned once, generically (see the connector);
 -- `-- plan: each call` marks the few whose plan depends on their parameters (optional
 -- filters, cut-off times): they are planned with them every time.
@@ -262,7 +266,7 @@ UPDATE {schema}.runs SET
     wake_at = :wake_at, waiting_for = :waiting_for, error = CAST(:error AS jsonb),
     wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-  AND lease_expires_at > now() AND status = 'running'
+  AND lease_expires_at > now() AND (status = 'running') IS TRUE
 RETURNING available_at;
 
 -- name: release
@@ -278,7 +282,7 @@ UPDATE {schema}.runs SET
     available_at = LEAST(now() + :delay_s * interval '1 second', deadline_at),
     worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-  AND lease_expires_at > now() AND status = 'running'
+  AND lease_expires_at > now() AND (status = 'running') IS TRUE
 RETURNING id;
 
 -- name: give_back_signal
@@ -291,7 +295,7 @@ RETURNING id;
 WITH lease AS (
     SELECT namespace FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-      AND lease_expires_at > now() AND status = 'running'
+      AND lease_expires_at > now() AND (status = 'running') IS TRUE
     FOR KEY SHARE
 ), gone AS (
     UPDATE {schema}.step_attempts a SET delivered_at = NULL
@@ -359,7 +363,7 @@ WITH v AS (
         status = CASE WHEN p.status = 'waiting' THEN 'pending' ELSE p.status END,
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
         updated_at = now()
-    FROM done WHERE p.id = done.parent_run_id AND p.status IN ('waiting', 'running', 'pending')
+    FROM done WHERE p.id = done.parent_run_id AND (p.status IN ('waiting', 'running', 'pending')) IS TRUE
     RETURNING p.id, p.wake_requested
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
@@ -441,7 +445,7 @@ WITH e AS (
         status = CASE WHEN p.status = 'waiting' THEN 'pending' ELSE p.status END,
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
         updated_at = now()
-    FROM done WHERE p.id = done.parent_run_id AND p.status IN ('waiting', 'running', 'pending')
+    FROM done WHERE p.id = done.parent_run_id AND (p.status IN ('waiting', 'running', 'pending')) IS TRUE
       AND p.id NOT IN (SELECT run_id FROM e)
     RETURNING p.id, p.wake_requested
 ), notified AS (
@@ -457,7 +461,7 @@ FROM done;
 -- Children to cancel because their parent ended first.
 SELECT id FROM {schema}.runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
-  AND status IN ('pending', 'running', 'waiting');
+  AND (status IN ('pending', 'running', 'waiting')) IS TRUE;
 
 -- name: lock_tree
 -- Before a run's tree changes (a cancel; a parent's end that cancels its children): the
@@ -477,7 +481,7 @@ WITH RECURSIVE tree AS (
 )
 SELECT r.id, r.status FROM {schema}.runs r
 WHERE r.id IN (SELECT id FROM tree UNION ALL SELECT parent_run_id FROM tree WHERE id = :run_id)
-  AND (r.id = :run_id OR r.status IN ('pending', 'running', 'waiting'))
+  AND (r.id = :run_id OR (r.status IN ('pending', 'running', 'waiting')) IS TRUE)
 ORDER BY r.id
 FOR NO KEY UPDATE;
 
@@ -512,7 +516,7 @@ WITH RECURSIVE tree AS (  -- read as in lock_tree
                          WHERE s.run_id = r.id AND s.compensable AND s.status = 'completed')
             THEN now() END,
         lease_expires_at = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.lease_expires_at END
-    FROM tree WHERE r.id = tree.id AND r.status IN ('pending', 'running', 'waiting')
+    FROM tree WHERE r.id = tree.id AND (r.status IN ('pending', 'running', 'waiting')) IS TRUE
     RETURNING r.id, r.parent_run_id, r.worker_id
 ), attempts AS (
     UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
@@ -524,7 +528,7 @@ WITH RECURSIVE tree AS (  -- read as in lock_tree
         status = CASE WHEN p.status = 'waiting' THEN 'pending' ELSE p.status END,
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END
     FROM canceled
-    WHERE p.id = canceled.parent_run_id AND p.status IN ('waiting', 'running')
+    WHERE p.id = canceled.parent_run_id AND (p.status IN ('waiting', 'running')) IS TRUE
       AND p.id NOT IN (SELECT id FROM canceled)
     RETURNING p.id
 ), notified AS (
@@ -565,7 +569,7 @@ WITH targets AS (
     ) w CROSS JOIN LATERAL (  -- each run looked up (see finish_many's `locked`)
         SELECT 1 FROM {schema}.runs r
         WHERE r.id = w.run_id AND r.namespace = :namespace
-          AND r.status IN ('pending', 'running', 'waiting')
+          AND (r.status IN ('pending', 'running', 'waiting')) IS TRUE
         OFFSET 0
     ) r
     ORDER BY w.run_id, w.position
@@ -1000,7 +1004,7 @@ SELECT id FROM {schema}.runs WHERE starts_with(id, :prefix) ORDER BY id LIMIT 10
 WITH lease AS (
     SELECT 1 FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-      AND lease_expires_at > now() AND status = 'running'
+      AND lease_expires_at > now() AND (status = 'running') IS TRUE
     FOR KEY SHARE
 ), ins AS (
     INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
@@ -1048,7 +1052,7 @@ SELECT r.id FROM {schema}.runs r
 WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s * interval '1 second'
   AND r.status = ANY(CAST(:statuses AS text[])) AND NOT r.compensating
   AND NOT EXISTS (SELECT 1 FROM {schema}.runs p WHERE p.id = r.parent_run_id
-                  AND p.status IN ('pending', 'running', 'waiting'))
+                  AND (p.status IN ('pending', 'running', 'waiting')) IS TRUE)
 ORDER BY r.finished_at
 LIMIT :batch
 FOR UPDATE SKIP LOCKED;
