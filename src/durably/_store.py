@@ -25,7 +25,7 @@ from ._errors import (
 from ._giveback import GiveBacks
 from ._models import Run, StepAttempt
 from ._records import Lease, NewRun, PendingStep
-from .backends import Connector, Row, Tx
+from .backends import Connector, Fetched, Row, Sent, Tx
 
 
 class _BodyFailed(Exception):
@@ -168,29 +168,27 @@ class Store(RunEnds, GiveBacks):
         returned call, best once `tx` has ended (then the whole send took its commit)."""
         # Serializes sends and waits on one name, so a wait never misses a send in flight.
         await self.lock_signal(tx, name)
+        sent: Sent | None = None
         if idempotency_key is not None:
             found = await tx.fetch(
                 "find_signal", namespace=self.namespace, name=name,
                 idempotency_key=idempotency_key,
             )  # fmt: skip
-            if found:
-                duplicate = {
-                    "delivered_to": decode(found[0]["delivered_to"]),
-                    "buffered": bool(found[0]["buffered"]),
-                    "duplicate": True,
-                }
-                return lambda: _known(duplicate)
-        if run_id is not None:
-            await self._live_run(tx, run_id, "signal")
-        sent = await tx.send(
-            "send_signal", namespace=self.namespace, name=name, data=data_json,
-            idempotency_key=idempotency_key, run_id=run_id, expires_s=expires_s,
-            channel=self.channel, token=uuid.uuid4().hex,
-        )  # fmt: skip
+            sent = Fetched(found) if found else None
+        duplicate = sent is not None
+        if sent is None:
+            if run_id is not None:
+                await self._live_run(tx, run_id, "signal")
+            sent = await tx.send(
+                "send_signal", namespace=self.namespace, name=name, data=data_json,
+                idempotency_key=idempotency_key, run_id=run_id, expires_s=expires_s,
+                channel=self.channel, token=uuid.uuid4().hex,
+            )  # fmt: skip
 
         async def outcome() -> dict[str, Any]:
-            delivered = decode((await sent.rows())[0]["delivered_to"])
-            return {"delivered_to": delivered, "buffered": not delivered, "duplicate": False}
+            row = (await sent.rows())[0]
+            return {"delivered_to": decode(row["delivered_to"]),
+                    "buffered": bool(row["buffered"]), "duplicate": duplicate}  # fmt: skip
 
         return outcome
 
@@ -468,7 +466,3 @@ class Store(RunEnds, GiveBacks):
     async def get_attempt(self, run_id: str, position: int, attempt: int) -> Row | None:
         rows = await self.db.fetch("get_attempt", run_id=run_id, position=position, attempt=attempt)
         return rows[0] if rows else None
-
-
-async def _known(result: dict[str, Any]) -> dict[str, Any]:
-    return result

@@ -6,9 +6,9 @@ import re
 
 from .._clock import Clock
 from .._errors import ConfigurationError
-from ._base import LISTENING, Connector, Row, Tx
+from ._base import LISTENING, Connector, Fetched, Row, Sent, Tx
 
-__all__ = ["LISTENING", "Connector", "Row", "Tx", "connect", "validate_schema"]
+__all__ = ["LISTENING", "Connector", "Fetched", "Row", "Sent", "Tx", "connect", "validate_schema"]
 
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 

@@ -17,10 +17,8 @@ _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 def load(package: str, style: str) -> dict[str, list[str]]:
     """The named queries of `package`/queries.sql, each a list of statements, with
     parameters in `style` ("named" keeps `:name`, "pyformat" makes it `%(name)s`)."""
-    text = resources.files(package).joinpath("queries.sql").read_text()
-    parts = _HEADER.split(text)
     queries: dict[str, list[str]] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+    for name, body in _blocks(package):
         body = "\n".join(line for line in body.strip().splitlines() if not line.startswith("--"))
         if style == "pyformat":
             body = _PARAM.sub(r"%(\1)s", body)
@@ -31,10 +29,13 @@ def load(package: str, style: str) -> dict[str, list[str]]:
 
 def marked(package: str, marker: str) -> set[str]:
     """The names of the queries of `package`/queries.sql that hold the line `-- marker`."""
-    text = resources.files(package).joinpath("queries.sql").read_text()
-    parts = _HEADER.split(text)
-    return {name for name, body in zip(parts[1::2], parts[2::2], strict=True)
-            if f"-- {marker}" in body.splitlines()}  # fmt: skip
+    return {name for name, body in _blocks(package) if f"-- {marker}" in body.splitlines()}
+
+
+def _blocks(package: str) -> list[tuple[str, str]]:
+    """(name, text) of each block of `package`/queries.sql, comments included."""
+    parts = _HEADER.split(resources.files(package).joinpath("queries.sql").read_text())
+    return list(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def migrations(package: str) -> list[tuple[int, str, str]]:

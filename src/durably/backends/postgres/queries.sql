@@ -595,9 +595,10 @@ WITH targets AS (
         COALESCE((SELECT jsonb_agg(run_id ORDER BY run_id) FROM waits), '[]'),
         NOT EXISTS (SELECT 1 FROM waits),
         now() + CAST(:expires_s AS float8) * interval '1 second'
-    RETURNING delivered_to
+    RETURNING delivered_to, buffered
 )
-SELECT stored.delivered_to, (SELECT count(*) FROM notified) AS notified FROM stored;
+SELECT stored.delivered_to, stored.buffered, (SELECT count(*) FROM notified) AS notified
+FROM stored;
 
 -- name: take_signal
 UPDATE {schema}.signals SET consumed_by = :run_id, consumed_at = now()

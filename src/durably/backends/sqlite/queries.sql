@@ -406,7 +406,7 @@ SELECT :namespace, :name, :data, :idempotency_key, :run_id,
         SELECT id FROM {schema}_runs WHERE claim_token = :token ORDER BY id)),
     NOT EXISTS (SELECT 1 FROM {schema}_runs WHERE claim_token = :token),
     now(), now() + :expires_s
-RETURNING delivered_to;
+RETURNING delivered_to, buffered;
 UPDATE {schema}_runs SET
     wake_requested = (status = 'running'),
     status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
