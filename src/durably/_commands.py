@@ -165,7 +165,7 @@ async def run_function(x: Execution, cmd: Command, body: Body) -> None:
     """Attempts of a function step until it completes or fails for good."""
     if _backing_off(x, cmd):
         return
-    attempt, began, start = await _begin(x, cmd, body.sig[2])
+    attempt, began, start = await _begin(x, cmd, body.sig[2], wants_ctx=body.sig[0])
     try:
         with _telemetry.step_span(cmd.name, cmd.kind, attempt):
             result = await _invoke(x, cmd, body, attempt, start)
@@ -199,8 +199,10 @@ def _backing_off(x: Execution, cmd: Command) -> bool:
 
 
 async def _begin(
-    x: Execution, cmd: Command, is_async: bool, spend: bool = True
+    x: Execution, cmd: Command, is_async: bool, spend: bool = True, wants_ctx: bool = False
 ) -> tuple[int, float, StartRecord]:
+    if wants_ctx:  # the body gets the fence, which must not leave before the claim is durable
+        await x.confirm_claim()
     attempt = x.new_attempt(cmd.position, spend)
     start = StartRecord(x, cmd.position, attempt, cmd.name, cmd.kind)
     if not is_async:
@@ -321,7 +323,9 @@ async def run_compensation(x: Execution, cmd: Command) -> None:
     comp = Command(pos, name, "function", cmd.future, None, run_compensation)
     body = Body(cmd.compensate, (cmd.value,), {}, sig=signature(cmd.compensate))
     while True:
-        attempt, began, start = await _begin(x, comp, body.sig[2], spend=False)
+        attempt, began, start = await _begin(
+            x, comp, body.sig[2], spend=False, wants_ctx=body.sig[0]
+        )
         try:
             await _invoke(x, comp, body, attempt, start, interruptible=False)
         except Exception as exc:

@@ -28,6 +28,7 @@ from . import _telemetry
 from ._clock import Clock
 from ._codec import decode, encode
 from ._commands import Command, error_for, run_compensation
+from ._confirm import ClaimConfirmation
 from ._context import WorkflowContext
 from ._errors import (
     DatabaseUnavailable,
@@ -74,8 +75,10 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         recorder: StepRecorder,
         on_park: Callable[[float | None], None],
         heartbeat: Callable[[], Coroutine[Any, Any, None]],
+        confirm: ClaimConfirmation | None = None,
     ) -> None:
         self.store = store
+        self._confirm = confirm
         self.workflow = workflow
         self.row = row
         self.lease = Lease(row["id"], row["fence"], worker_id, row["attempts"])
@@ -110,6 +113,12 @@ class Execution(RunLog, LiveWaits, Lifecycles):
     @property
     def run_id(self) -> str:
         return self.lease.run_id
+
+    async def confirm_claim(self) -> None:
+        """Return once this run's claim is durable (before its fence reaches a body; see
+        `_confirm`); LeaseLostError if it is not held."""
+        if self._confirm is not None:
+            await self._confirm.confirm(self.run_id)
 
     def now(self) -> datetime:
         """The database's time, estimated from the claim's `now()` and the elapsed time."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ._confirm import ClaimConfirmation
 from ._durations import parse_duration
 from ._errors import ConfigurationError, InvalidInput
 
@@ -207,6 +208,7 @@ class Claimer:
         self._run_queue: dict[str, str] = {}
         # The last unqueued claim found runs, or `next_due` expects some: look again.
         self._unqueued_gave = False
+        self._held: list[str] = []  # runs the worker executes: never claimed again meanwhile
         self.retry_in: float | None = None  # seconds until a rate window reopens
 
     def _pairs(self) -> list[tuple[str, str]]:
@@ -219,13 +221,15 @@ class Claimer:
                 out.setdefault(wf.queue.name, []).append(pair)
         return out
 
-    async def claim(self, free: int) -> list[Row]:
-        """Claim up to `free` runs."""
+    async def claim(self, free: int, held: list[str]) -> list[tuple[Row, ClaimConfirmation | None]]:
+        """Claim up to `free` runs, none of `held` (those the worker still executes); each
+        with what confirms its claim before a body gets its fence (None: durable)."""
         queued = self._queued()
         self.retry_in = None
         self._turn += 1
+        self._held = held
         if not queued:
-            rows = await self.app.store.claim(self.worker_id, self._pairs(), free, self.lease_s)
+            rows = await self._claim_unqueued(free)
         else:
             rows = await self._claim_queued(queued, free)
         # Queues declared only by other workers may hold runs of workflows this worker
@@ -237,7 +241,16 @@ class Claimer:
                     rows += await self._claim_queue(source, free - len(rows))
         return rows
 
-    async def _claim_queued(self, queued: dict[str, list[tuple[str, str]]], free: int) -> list[Row]:
+    async def _claim_unqueued(self, want: int) -> list[tuple[Row, ClaimConfirmation | None]]:
+        store = self.app.store
+        rows = await store.claim(self.worker_id, self._pairs(), want, self.lease_s, self._held)
+        fences = {r["id"]: r["fence"] for r in rows}
+        confirm = ClaimConfirmation(store, self.worker_id, fences, self.lease_s)
+        return [(row, confirm) for row in rows]
+
+    async def _claim_queued(
+        self, queued: dict[str, list[tuple[str, str]]], free: int
+    ) -> list[tuple[Row, ClaimConfirmation | None]]:
         sources: list[str | None] = [*sorted(queued)]
         # Runs without a queue: of unqueued workflows, started before a queue was given to
         # theirs, or of a queue no worker declares any more. When every workflow has a
@@ -245,21 +258,22 @@ class Claimer:
         if len(queued) < len(self.app.workflows) or self._unqueued_gave or self._turn % 16 == 0:
             sources.append(None)
         start = self._turn % len(sources)
-        rows: list[Row] = []
+        rows: list[tuple[Row, ClaimConfirmation | None]] = []
         for source in sources[start:] + sources[:start]:
             want = free - len(rows)
             if want <= 0:
                 break
             if source is None:
-                got = await self.app.store.claim(self.worker_id, self._pairs(), want,
-                                                 self.lease_s)  # fmt: skip
+                got = await self._claim_unqueued(want)
                 self._unqueued_gave = bool(got)
                 rows += got
             else:
                 rows += await self._claim_queue(source, want)
         return rows
 
-    async def _claim_queue(self, source: str, want: int) -> list[Row]:
+    async def _claim_queue(
+        self, source: str, want: int
+    ) -> list[tuple[Row, ClaimConfirmation | None]]:
         declared = self.app.queues.get(source)  # None: a queue other workers declare
         per_key = declared is None or declared.per_key is not None
         # Every pair served, not only those of the queue's workflows today: a run keeps the
@@ -273,7 +287,7 @@ class Claimer:
             self._saturated.discard(source)
         if len(got) < want and declared is not None and declared.rate is not None:
             await self._rate_wait(source, self._pairs())
-        return got
+        return [(row, None) for row in got]  # committed durably (see QueueClaims.claim)
 
     async def _rate_wait(self, queue: str, pairs: list[tuple[str, str]]) -> None:
         at, now = await self.queues.next_at(queue, pairs)

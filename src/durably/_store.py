@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -226,8 +226,11 @@ class Store(RunEnds, GiveBacks):
     # ----------------------------------------------------------------- worker side
 
     async def claim(
-        self, worker_id: str, pairs: list[tuple[str, str]], limit: int, lease_s: float
-    ) -> list[Row]:
+        self, worker_id: str, pairs: list[tuple[str, str]], limit: int, lease_s: float,
+        held: Sequence[str] = (),
+    ) -> list[Row]:  # fmt: skip
+        """Claim up to `limit` due runs of `pairs`, none of `held` (runs the worker still
+        executes). On PostgreSQL the claim may not be durable yet: see `confirm_claims`."""
         return await self.db.fetch(
             "claim",
             worker_id=worker_id,
@@ -236,7 +239,21 @@ class Store(RunEnds, GiveBacks):
             limit=limit,
             lease=lease_s,
             token=uuid.uuid4().hex,
+            held=list(held),
         )
+
+    async def confirm_claims(
+        self, worker_id: str, fences: dict[str, int], lease_s: float
+    ) -> set[str]:
+        """Make the claims of `fences` (run id -> fence) durable; the ids still held.
+
+        A PostgreSQL claim commits without waiting for its WAL flush (see `claim`): a
+        heartbeat of its runs does, and its flush takes the claim's WAL with it (a statement
+        that writes nothing would commit without a flush). A claim a crash lost is not
+        found, nor one the lease was lost since. SQLite's claim is durable as it commits."""
+        if self.db.dialect == "sqlite":
+            return set(fences)
+        return set(await self.heartbeat(worker_id, fences, lease_s))
 
     async def next_due(self, pairs: list[tuple[str, str]]) -> tuple[datetime | None, datetime]:
         rows = await self.db.fetch(

@@ -19,6 +19,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from . import _retention
+from ._confirm import ClaimConfirmation
 from ._durations import Duration, parse_duration
 from ._errors import DatabaseUnavailable
 from ._execution import Execution
@@ -206,9 +207,9 @@ class Worker:
             try:
                 if free > 0 and (self._hint or free >= batch or not self.running):
                     self._hint = False
-                    rows = await self._claimer.claim(free)
-                    for row in rows:
-                        self._execute(row)
+                    rows = await self._claimer.claim(free, list(self.running))
+                    for row, confirm in rows:
+                        self._execute(row, confirm)
                     if len(rows) == free:
                         self._hint = True  # there may be more
                         continue
@@ -235,13 +236,13 @@ class Worker:
             if not self._wake.is_set():
                 self._hint = True  # the poll interval or a due time passed
 
-    def _execute(self, row: Row) -> None:
+    def _execute(self, row: Row, confirm: ClaimConfirmation | None) -> None:
         wf = self.app.workflows[(row["workflow"], row["version"])]
         run_id = row["id"]
         execution = Execution(
             self.app.store, wf, row, self.worker_id, self.app.clock, self._threads,
             self.app.max_payload, self.app.max_step_attempts, self._recorder, self._wake_at,
-            lambda: self._renew([run_id]),
+            lambda: self._renew([run_id]), confirm,
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
         self.running[run_id] = (execution, task)

@@ -4,6 +4,7 @@ a run sleeps; the worker backs off, reconnects and the run completes."""
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,5 +55,49 @@ def test_worker_survives_a_postgres_restart(
         events = [(step, w) for rid, step, w, *_ in seed.read_ledger(url) if rid == run_id]
         assert events == [("before", "A"), ("after", "A")]
         assert "unavailable" in procs.log("A")  # it did see the outage
+    finally:
+        app.sync.close()
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_a_claim_lost_in_a_crash_never_hands_out_its_fence(
+    cluster: pgcluster.Cluster, tmp_path: Path, processes: Processes
+) -> None:
+    """A claim commits without waiting for its WAL flush, so a crash can lose it and the
+    run's next claim takes the same fence number. A body that got the number must never
+    share it with another execution: the fences a run's executions hand out only grow.
+
+    The body hands its fence out and freezes its worker on the spot (SIGSTOP), before the
+    worker writes anything more; PostgreSQL is then killed (immediate shutdown, with the
+    WAL writer held back so that nothing else flushes the claim) and started again."""
+    with psycopg.connect(f"{cluster.url}/postgres", autocommit=True) as conn:
+        conn.execute("CREATE DATABASE app")
+        conn.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
+        conn.execute("SELECT pg_reload_conf()")
+    url = f"{cluster.url}/app"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    seed.setup_business_tables(ledger_url)
+    procs = Procs(url, tmp_path, processes)
+    procs.cli("migrate")
+    app = seed.app.rebind(url)
+    try:
+        worker = procs.worker("A", "--poll", "0.2s", "--lease", duration(3),
+                              LEDGER_URL=ledger_url)  # fmt: skip
+        run_id = app.sync.start("fence-out").run_id
+        app.sync.close()
+        eventually_sync(lambda: _stopped(worker.pid), timeout=30,
+                        what="the body to hand out its fence and freeze its worker")  # fmt: skip
+        cluster.stop("immediate")
+        cluster.start()
+        os.kill(worker.pid, signal.SIGCONT)
+        run = app.sync.wait(run_id, timeout=scaled(60))
+        assert run.status == "completed" and run.output == "done"
+        fences = [f for rid, step, _, event, f in seed.read_ledger(ledger_url)
+                  if rid == run_id and event == "start"]  # fmt: skip
+        assert fences and fences == sorted(set(fences)), f"fences handed out: {fences}"
     finally:
         app.sync.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sqlite3
 import time
 from typing import Any
@@ -189,6 +190,21 @@ def long_sync(ctx: StepContext) -> None:
     while not ctx.cancelled.wait(0.01):
         pass
     ledger(ctx, "stopped")
+
+
+async def fence_out(ctx: StepContext) -> None:
+    """Hands its fence to the outside world (the ledger) at once; the first time, the worker
+    then freezes on the spot, before its event loop can write anything more (SIGSTOP)."""
+    first = not any(line[0] == ctx.run_id for line in read_ledger(LEDGER_URL))
+    ledger(ctx, "start")
+    if first:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+@app.workflow(name="fence-out", version="v1")
+async def fence_out_flow(ctx: Any) -> str:
+    await ctx.step.run("fence-out", fence_out)
+    return "done"
 
 
 @app.workflow(name="slow", version="v1")

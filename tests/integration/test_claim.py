@@ -55,3 +55,20 @@ async def test_claims_served_versions_only_in_available_at_order(db_url: str) ->
         pending = await app.list_runs(status="pending")
         assert sorted(r.version for r in pending) == ["v1", "v2", "v2", "v2", "v2", "v2"]
         assert all(r.attempts == 0 and r.fence == 0 for r in pending)
+
+
+async def test_a_worker_never_claims_a_run_it_still_executes(db_url: str) -> None:
+    """On PostgreSQL a claim lost in a crash leaves its execution running while the run is
+    due again, with the fence that execution holds: were its own worker to claim it again,
+    two executions would hold one lease. The worker names the runs it executes, and the
+    claim passes over them, whatever their state (here: due, as after such a loss)."""
+    app = Durably(db_url)
+    flow = app.workflow(name="a", version="v1")(_noop)
+    async with app:
+        mine = (await flow.start()).run_id
+        other = (await flow.start()).run_id
+        rows = await app.store.claim("w", SERVED, 10, 30.0, held=[mine])
+        assert [r["id"] for r in rows] == [other]
+        assert (await app.get_run(mine)).status == "pending"
+        rows = await app.store.claim("w", SERVED, 10, 30.0, held=[other])
+        assert [r["id"] for r in rows] == [mine]

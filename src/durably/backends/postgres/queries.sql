@@ -89,7 +89,19 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 -- this claim to commit, so its next queued claim counts these runs; and a claim that waits
 -- for a declaration in flight re-reads the row after it and passes over a queue that is
 -- declared again. So no claim of a declared queue's run ever ignores its limits.
-WITH lapsed AS MATERIALIZED (
+-- A run the worker still executes (`:held`) is not claimed again: see below.
+-- The claim commits without waiting for its WAL flush (`synchronous_commit` off for this
+-- statement alone): about a third of a signal's wake-up was this flush. A crash may lose
+-- the claim: the run is then as before it, due, and its next claim takes the same fence
+-- number. So the number must not leave the engine before the claim is durable: a body that
+-- gets it (a `StepContext`) waits for a heartbeat of its batch (`Store.confirm_claims`),
+-- whose commit flushes the WAL through the claim. And two executions in one worker
+-- must never hold the same (fence, worker): the lost claim's execution still runs, so its
+-- worker passes over the run until it has ended. Every other write under the lease waits
+-- for its own flush, which is later in the WAL than the claim's.
+WITH quick AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', 'off', true)
+), lapsed AS MATERIALIZED (
     SELECT q.name FROM {schema}.queues q
     WHERE q.declared_until IS NULL OR q.declared_until <= now()
     ORDER BY q.name
@@ -103,6 +115,7 @@ WITH lapsed AS MATERIALIZED (
         SELECT r.id, r.available_at FROM {schema}.runs r
         WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at <= now()
           AND r.queue IS NULL  -- queued runs: claim_queue
+          AND r.id <> ALL(CAST(:held AS text[]))
         ORDER BY r.available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -112,7 +125,7 @@ WITH lapsed AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT r.id, r.available_at FROM {schema}.runs r
         WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue = lapsed.name
-          AND r.available_at <= now()
+          AND r.available_at <= now() AND r.id <> ALL(CAST(:held AS text[]))
         ORDER BY r.priority DESC, r.available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -146,7 +159,7 @@ SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned
                wake_at, output, error, workflow_attempt, seq,
                delivered_at IS NOT NULL AS delivered
         FROM {schema}.step_attempts s WHERE s.run_id = claimed.id) h)::text AS history
-FROM claimed;
+FROM claimed CROSS JOIN quick;
 
 -- name: next_due
 -- When the unqueued claim may next find a run: one look into runs_due per served pair,

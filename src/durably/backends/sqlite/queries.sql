@@ -83,6 +83,7 @@ WHERE id IN (
             SELECT id FROM {schema}_runs
             WHERE workflow = w.value AND version = v.value AND available_at <= now()
               AND queue IS NULL  -- queued runs: claim_queue
+              AND id NOT IN (SELECT value FROM json_each(:held))  -- still executing here
             ORDER BY available_at
             LIMIT :limit)
         UNION ALL
@@ -93,7 +94,7 @@ WHERE id IN (
         WHERE (q.declared_until IS NULL OR q.declared_until <= now()) AND r.id IN (
             SELECT id FROM {schema}_runs
             WHERE workflow = w.value AND version = v.value AND queue = q.name
-              AND available_at <= now()
+              AND available_at <= now() AND id NOT IN (SELECT value FROM json_each(:held))
             ORDER BY priority DESC, available_at
             LIMIT :limit))
     ORDER BY available_at
