@@ -335,6 +335,13 @@ class PostgresConnector:
                 with contextlib.suppress(psycopg.Error):  # one in use: closed when back
                     await pool.drain()
             raise DatabaseConflict(f"the schema changed under a statement: {_text(exc)}") from exc
+        if isinstance(classify(exc), DatabaseUnavailable) and self._pools is not None:
+            # A connection lost, most likely with every idle one (a server restart): each
+            # would fail one statement of the engine's, and a run whose write fails is left
+            # to be claimed again, a lease later. They are tested and replaced now.
+            for pool in self._pools.all():
+                with contextlib.suppress(psycopg.Error):
+                    await pool.check()
         _raise_classified(exc)
 
     async def _ensure_pools(self) -> _Pools:
