@@ -228,8 +228,11 @@ class Store(RunEnds, GiveBacks):
     async def claim(
         self, worker_id: str, pairs: list[tuple[str, str]], limit: int, lease_s: float
     ) -> list[Row]:
+        """Claim up to `limit` due runs of `pairs` in this store's namespace (unqueued,
+        or of a queue no worker declares)."""
         return await self.db.fetch(
             "claim",
+            namespace=self.namespace,
             worker_id=worker_id,
             workflows=[p[0] for p in pairs],
             versions=[p[1] for p in pairs],
@@ -240,8 +243,9 @@ class Store(RunEnds, GiveBacks):
 
     async def next_due(self, pairs: list[tuple[str, str]]) -> tuple[datetime | None, datetime]:
         rows = await self.db.fetch(
-            "next_due", workflows=[p[0] for p in pairs], versions=[p[1] for p in pairs]
-        )
+            "next_due", namespace=self.namespace, workflows=[p[0] for p in pairs],
+            versions=[p[1] for p in pairs],
+        )  # fmt: skip
         return rows[0]["next_at"], rows[0]["db_now"]
 
     async def heartbeat(
