@@ -77,7 +77,8 @@ class Durably(OperatingApi):
         url: `postgresql://…` or `sqlite:///path.db`; default `$DURABLY_DATABASE_URL`,
             else `sqlite:///durably.db`.
         schema: where the engine's tables live (PostgreSQL schema; SQLite table prefix).
-        namespace: runs and signals are scoped to it.
+        namespace: runs and signals are scoped to it: its workers execute its runs only.
+            A queue is shared by the namespaces that declare it (one set of limits).
         migrate: apply migrations when first connecting.
         max_payload_bytes: the largest JSON input, output or signal data.
         pool_size: PostgreSQL connections in the pool.

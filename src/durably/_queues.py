@@ -17,6 +17,10 @@ a queue nobody declares has none. A claim of a declared queue and an unqueued cl
 its runs exclude each other through the queue's row (see `claim` in the dialects'
 `queries.sql`), so runs of a declared queue are only ever claimed within its limits; when
 a worker declares such a queue again, the runs claimed meanwhile count against them.
+
+A worker claims only the runs of its app's namespace, but a queue is one per schema: its
+row (limits, declaration, lock) is shared by the namespaces that declare it, and its limits
+count the runs of all of them, as one cap on whatever the queue protects.
 """
 
 from __future__ import annotations
@@ -131,6 +135,7 @@ class QueueClaims:
     def __init__(self, store: Store) -> None:
         self.db = store.db
         self.channel = store.channel
+        self.namespace = store.namespace  # whose runs are claimed
 
     async def declare(self, queues: list[Queue], ttl_s: float = 30.0) -> None:
         """Write the queues' limits (the claim reads them from the database) and declare
@@ -147,15 +152,16 @@ class QueueClaims:
         self, queue: str, worker_id: str, pairs: list[tuple[str, str]], limit: int,
         lease_s: float, per_key: bool = True,
     ) -> list[Row]:  # fmt: skip
-        """Claim up to `limit` runs of `queue` within its limits (several round trips on
-        PostgreSQL: the lock and the claim are statements of their own, so that the
-        claim's snapshot sees every claim committed before it got the lock).
+        """Claim up to `limit` runs of the namespace in `queue` within its limits (several
+        round trips on PostgreSQL: the lock and the claim are statements of their own, so
+        that the claim's snapshot sees every claim committed before it got the lock).
 
         Candidates are locked as they are read: `limit` of them per (workflow, version),
         more when a `per_key` limit may pass over some (`per_key`)."""
         params = {
-            "queue": queue, "worker_id": worker_id, "workflows": [p[0] for p in pairs],
-            "versions": [p[1] for p in pairs], "limit": limit,
+            "queue": queue, "namespace": self.namespace, "worker_id": worker_id,
+            "workflows": [p[0] for p in pairs], "versions": [p[1] for p in pairs],
+            "limit": limit,
             "scan": max(4 * limit, 32) if per_key else limit,
             "lease": lease_s, "token": uuid.uuid4().hex, "channel": self.channel,
         }  # fmt: skip
@@ -165,10 +171,11 @@ class QueueClaims:
             return await tx.fetch("claim_queue", **params)
 
     async def foreign(self, mine: list[str], pairs: list[tuple[str, str]]) -> list[str]:
-        """Queues other workers declare, not in `mine`, that hold due runs of `pairs`."""
+        """Queues other workers declare, not in `mine`, that hold due runs of `pairs` in the
+        namespace."""
         rows = await self.db.fetch(
-            "foreign_queues", mine=mine, workflows=[p[0] for p in pairs],
-            versions=[p[1] for p in pairs],
+            "foreign_queues", mine=mine, namespace=self.namespace,
+            workflows=[p[0] for p in pairs], versions=[p[1] for p in pairs],
         )  # fmt: skip
         return [r["name"] for r in rows]
 
@@ -177,8 +184,8 @@ class QueueClaims:
     ) -> tuple[datetime | None, datetime]:
         """When the queue may have a run to claim next (None: when a slot frees)."""
         rows = await self.db.fetch(
-            "queue_next", queue=queue, workflows=[p[0] for p in pairs],
-            versions=[p[1] for p in pairs],
+            "queue_next", queue=queue, namespace=self.namespace,
+            workflows=[p[0] for p in pairs], versions=[p[1] for p in pairs],
         )  # fmt: skip
         return rows[0]["next_at"], rows[0]["db_now"]
 

@@ -1,8 +1,10 @@
 """Retention (`Durably(retention="30 days")`): workers purge finished runs periodically.
 
-Each worker tries, every interval, to take the "retention" row of the maintenance table
-(free, or its holder's time is up); the one that takes it purges, and nobody else does for
-one interval. The purge itself goes in short batches, so running workers are not held up.
+Each worker tries, every interval, to take its namespace's "retention" row of the
+maintenance table (free, or its holder's time is up); the one that takes it purges, and
+nobody else does for one interval. A purge deletes the runs of its app's namespace only, so
+each namespace has a row of its own: a worker of one never holds another's purge back. The
+purge itself goes in short batches, so running workers are not held up.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ async def _loop(worker: Worker, stopping: asyncio.Event) -> None:
     keep_s = worker.app.retention.total_seconds()
     every = interval(keep_s)
     ops = worker.app.operations
+    job = f"{JOB}:{worker.app.namespace}"
     while not stopping.is_set():
         try:
-            if await ops.take_maintenance(JOB, worker.worker_id, every):
+            if await ops.take_maintenance(job, worker.worker_id, every):
                 done = await ops.purge(keep_s, sorted(TERMINAL))
                 if done["runs"] or done["signals"]:
                     log.info("retention: purged %d runs and %d signals finished over %gs ago",

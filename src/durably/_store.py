@@ -229,10 +229,12 @@ class Store(RunEnds, GiveBacks):
         self, worker_id: str, pairs: list[tuple[str, str]], limit: int, lease_s: float,
         held: Sequence[str] = (),
     ) -> list[Row]:  # fmt: skip
-        """Claim up to `limit` due runs of `pairs`, none of `held` (runs the worker still
-        executes). On PostgreSQL the claim may not be durable yet: see `confirm_claims`."""
+        """Claim up to `limit` due runs of `pairs` in this store's namespace (unqueued, or
+        of a queue no worker declares), none of `held` (runs the worker still executes).
+        On PostgreSQL the claim may not be durable yet: see `confirm_claims`."""
         return await self.db.fetch(
             "claim",
+            namespace=self.namespace,
             worker_id=worker_id,
             workflows=[p[0] for p in pairs],
             versions=[p[1] for p in pairs],
@@ -257,8 +259,9 @@ class Store(RunEnds, GiveBacks):
 
     async def next_due(self, pairs: list[tuple[str, str]]) -> tuple[datetime | None, datetime]:
         rows = await self.db.fetch(
-            "next_due", workflows=[p[0] for p in pairs], versions=[p[1] for p in pairs]
-        )
+            "next_due", namespace=self.namespace, workflows=[p[0] for p in pairs],
+            versions=[p[1] for p in pairs],
+        )  # fmt: skip
         return rows[0]["next_at"], rows[0]["db_now"]
 
     async def heartbeat(

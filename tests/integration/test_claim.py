@@ -1,5 +1,5 @@
 """What a worker claims (§4.9): only the (workflow, version) pairs it serves, oldest first,
-whatever backlog of other versions lies ahead of them."""
+whatever backlog of other versions lies ahead of them, and only runs of its app's namespace."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from durably import Durably
+import pytest
+
+from durably import Durably, Workflow
+from durably._queues import Claimer, QueueClaims
+from tests.helpers import scaled
 
 SERVED = [("a", "v1"), ("b", "v1")]
 
@@ -72,3 +76,42 @@ async def test_a_worker_never_claims_a_run_it_still_executes(db_url: str) -> Non
         assert (await app.get_run(mine)).status == "pending"
         rows = await app.store.claim("w", SERVED, 10, 30.0, held=[other])
         assert [r["id"] for r in rows] == [mine]
+
+
+def _namespaced(db_url: str, namespace: str, queued: bool) -> tuple[Durably, Workflow[int, str]]:
+    """An app of `namespace` whose ("job", "v1") says which namespace's code ran it."""
+    app = Durably(db_url, namespace=namespace)
+
+    @app.workflow(name="job", version="v1", queue=app.queue("q") if queued else None)
+    async def job(ctx: Any, k: int) -> str:
+        return str(await ctx.step.run("who", lambda: namespace))
+
+    return app, job
+
+
+# Every path of a claim: unqueued runs; a queue both namespaces declare; a queue no worker
+# declares (its runs are claimed as unqueued ones); a queue only other workers declare.
+@pytest.mark.parametrize("queues", ["unqueued", "queued", "lapsed", "foreign"])
+async def test_a_worker_claims_the_runs_of_its_own_namespace_only(db_url: str, queues: str) -> None:
+    prod, prod_job = _namespaced(db_url, "prod", queued=queues != "unqueued")
+    staging, staging_job = _namespaced(db_url, "staging", queued=queues == "queued")
+    async with prod, staging:
+        if queues == "foreign":  # as a worker of prod serving other workflows would
+            await QueueClaims(prod.store).declare(list(prod.queues.values()), scaled(60))
+        theirs = await prod_job.start(1)
+        # Staging's claims find nothing of prod's on any path, nor see it due.
+        claimer = Claimer(staging, "staging-w", 30.0)
+        assert await claimer.claim(10, []) == []
+        assert (await claimer.next_due())[0] is None
+        # Nor does its worker, which runs its own run, due after prod's (claims take the
+        # oldest first), and then stops.
+        mine = await staging_job.start(2)
+        async with staging.worker(worker_id="staging-w"):
+            assert await mine.result(timeout=scaled(10)) == "staging"
+        run = await prod.get_run(theirs.run_id)
+        assert (run.status, run.attempts, run.fence) == ("pending", 0, 0)
+
+        async with prod.worker(worker_id="prod-w"):
+            assert await theirs.result(timeout=scaled(10)) == "prod"
+        steps = await prod.list_steps(theirs.run_id)
+        assert [(s.step, s.status, s.worker_id) for s in steps] == [("who", "completed", "prod-w")]

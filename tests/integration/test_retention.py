@@ -3,8 +3,12 @@ purges by workers."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+from functools import partial
 from typing import Any
 
+import psycopg
 import pytest
 
 from durably import ConfigurationError, Durably, InvalidInput, RunNotFound
@@ -106,3 +110,40 @@ async def test_workers_with_retention_purge_periodically(db_url: str) -> None:
             return not await app.list_runs()
 
         await eventually(gone, timeout=15, what="the finished run purged by a worker")
+
+
+async def test_each_namespace_purges_its_own_runs(db_url: str) -> None:
+    """The periodic purge reads the runs of its app's namespace: a worker of another
+    namespace holding its job for an interval (15 min for 1 h kept) does not hold it up."""
+    apps = [_app(db_url, namespace=namespace, retention="1h") for namespace in ("a", "b")]
+    async with apps[0], apps[1]:
+        ended = []
+        for app in apps:
+            handle = await app.get_workflow("job").start("x", available_at="+1h")
+            await app.cancel(handle.run_id)
+            ended.append(handle.run_id)
+        _age(db_url, hours=2)
+        for app, run_id in zip(apps, ended, strict=True):
+            async with app.worker():
+                await eventually(partial(_gone, app, run_id),
+                                 what=f"the run of {app.namespace!r} purged")  # fmt: skip
+
+
+def _age(url: str, hours: int) -> None:
+    """Every finished run finished `hours` earlier (written outside the engine)."""
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+            conn.execute("UPDATE durably_runs SET finished_at = finished_at - ?", (hours * 3600,))
+        return
+    with psycopg.connect(url) as pg:
+        pg.execute(
+            "UPDATE durably.runs SET finished_at = finished_at - make_interval(hours => %s)",
+            (hours,),
+        )
+
+
+async def _gone(app: Durably, run_id: str) -> bool:
+    with contextlib.suppress(RunNotFound):
+        await app.get_run(run_id)
+        return False
+    return True

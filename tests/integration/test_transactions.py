@@ -152,6 +152,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         "0008_queue_declarations.sql",
         "0009_resumes.sql",
         "0010_given_back.sql",
+        "0011_claim_by_namespace.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))

@@ -77,11 +77,12 @@ SELECT s.*, s.id AS attempt_id FROM {schema}.step_attempts s
 WHERE run_id = :run_id ORDER BY started_at, id;
 
 -- name: claim
--- The due runs of each (workflow, version) the worker serves, oldest first, read from one
--- range of runs_due per pair: runs of versions no worker here serves are never read. Each
--- pair's candidates are locked as they are read, passing over those another worker holds
--- (so the next of that pair are taken instead); the oldest :limit of them all are claimed
--- (the few locked beyond are free again when this statement ends).
+-- The due runs of each (workflow, version) the worker serves, in its app's namespace,
+-- oldest first, read from one range of runs_due per pair: runs of versions no worker here
+-- serves, or of other namespaces, are never read. Each pair's candidates are locked as
+-- they are read, passing over those another worker holds (so the next of that pair are
+-- taken instead); the oldest :limit of them all are claimed (the few locked beyond are
+-- free again when this statement ends).
 -- Runs of a queue that no worker declares (`lapsed`: renamed or removed in a deploy) are
 -- unqueued runs too, read from one range of runs_queued per pair and lapsed queue (none in
 -- the common case: then nothing of runs_queued is read). The lapsed rows are locked FOR
@@ -113,8 +114,8 @@ WITH quick AS MATERIALIZED (
     SELECT c.id, c.available_at FROM pairs p
     CROSS JOIN LATERAL (
         SELECT r.id, r.available_at FROM {schema}.runs r
-        WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at <= now()
-          AND r.queue IS NULL  -- queued runs: claim_queue
+        WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
+          AND r.available_at <= now() AND r.queue IS NULL  -- queued runs: claim_queue
           AND r.id <> ALL(CAST(:held AS text[]))
         ORDER BY r.available_at
         LIMIT :limit
@@ -124,8 +125,9 @@ WITH quick AS MATERIALIZED (
     SELECT o.id, o.available_at FROM pairs p CROSS JOIN lapsed
     CROSS JOIN LATERAL (
         SELECT r.id, r.available_at FROM {schema}.runs r
-        WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue = lapsed.name
-          AND r.available_at <= now() AND r.id <> ALL(CAST(:held AS text[]))
+        WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
+          AND r.queue = lapsed.name AND r.available_at <= now()
+          AND r.id <> ALL(CAST(:held AS text[]))
         ORDER BY r.priority DESC, r.available_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -162,9 +164,9 @@ SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned
 FROM claimed CROSS JOIN quick;
 
 -- name: next_due
--- When the unqueued claim may next find a run: one look into runs_due per served pair,
--- and one into runs_queued per pair and queue no worker declares (`lapsed`: its runs are
--- unqueued runs, see claim). No pairs: one row, next_at NULL.
+-- When the unqueued claim may next find a run of the namespace: one look into runs_due
+-- per served pair, and one into runs_queued per pair and queue no worker declares
+-- (`lapsed`: its runs are unqueued runs, see claim). No pairs: one row, next_at NULL.
 WITH pairs AS (
     SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
         AS p(workflow, version)
@@ -175,12 +177,12 @@ WITH pairs AS (
 SELECT LEAST(
     (SELECT min(n.next_at) FROM pairs p CROSS JOIN LATERAL (
         SELECT min(r.available_at) AS next_at FROM {schema}.runs r
-        WHERE r.workflow = p.workflow AND r.version = p.version AND r.available_at IS NOT NULL
-          AND r.queue IS NULL) n),
+        WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
+          AND r.available_at IS NOT NULL AND r.queue IS NULL) n),
     (SELECT min(o.next_at) FROM pairs p CROSS JOIN lapsed CROSS JOIN LATERAL (
         SELECT min(r.available_at) AS next_at FROM {schema}.runs r
-        WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue = lapsed.name
-          AND r.available_at IS NOT NULL) o)
+        WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
+          AND r.queue = lapsed.name AND r.available_at IS NOT NULL) o)
 ) AS next_at, now() AS db_now;
 
 -- name: heartbeat
@@ -814,10 +816,12 @@ SELECT name FROM locked;
 
 -- name: claim_queue
 -- Under lock_queue: the room the queue has (`concurrency` minus its running runs; `rate`
--- minus its first claims in the window), the due runs of each served (workflow, version)
--- of the queue, highest priority then oldest first (a key already at `per_key` is passed
--- over, so it blocks no other key), and of those the first that fit every limit. Only
--- runs that become `running` take a slot, only first claims count against the rate.
+-- minus its first claims in the window), the due runs of the namespace of each served
+-- (workflow, version) of the queue, highest priority then oldest first (a key already at
+-- `per_key` is passed over, so it blocks no other key), and of those the first that fit
+-- every limit. Only runs that become `running` take a slot, only first claims count
+-- against the rate. A queue is one per schema, its limits shared by every namespace (see
+-- `_queues`): its room counts the runs of all of them.
 -- Claimed rows, their abandoned attempts and history: as in `claim`. If fitting runs
 -- were left for lack of this worker's slots, other workers are told.
 WITH q AS (
@@ -841,8 +845,9 @@ WITH q AS (
         SELECT r.id, r.priority, r.available_at, r.concurrency_key,
             r.started_at IS NULL AS fresh
         FROM {schema}.runs r
-        WHERE room.slots > 0 AND r.workflow = p.workflow AND r.version = p.version
-          AND r.queue IS NOT NULL AND r.queue = :queue AND r.available_at <= now()
+        WHERE room.slots > 0 AND r.namespace = :namespace AND r.workflow = p.workflow
+          AND r.version = p.version AND r.queue IS NOT NULL AND r.queue = :queue
+          AND r.available_at <= now()
           AND r.status IN ('pending', 'waiting')
           AND (room.per_key IS NULL OR r.concurrency_key IS NULL
                OR COALESCE((SELECT n FROM busy WHERE k = r.concurrency_key), 0) < room.per_key)
@@ -856,6 +861,7 @@ WITH q AS (
     SELECT r.id, r.priority, r.available_at, r.concurrency_key
     FROM {schema}.runs r
     WHERE r.queue = :queue AND r.status IN ('running', 'canceled') AND r.available_at <= now()
+      AND r.namespace = :namespace
       AND (r.workflow, r.version) IN (SELECT * FROM unnest(CAST(:workflows AS text[]),
                                                           CAST(:versions AS text[])))
     LIMIT :scan
@@ -910,29 +916,32 @@ SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned
 FROM claimed;
 
 -- name: foreign_queues
--- Declared queues the worker does not declare that hold due runs of a pair it serves: a
--- workflow moved to another queue while the old one is still declared by workers that do
--- not serve it. One probe of runs_queued per queue and pair (the queues are few).
+-- Declared queues the worker does not declare that hold due runs of its namespace of a
+-- pair it serves: a workflow moved to another queue while the old one is still declared by
+-- workers that do not serve it (or only by workers of other namespaces). One probe of
+-- runs_queued per queue and pair (the queues are few).
 SELECT q.name FROM {schema}.queues q
 WHERE q.declared_until > now() AND q.name <> ALL(CAST(:mine AS text[]))
   AND EXISTS (
     SELECT 1 FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
         AS p(workflow, version)
     WHERE EXISTS (SELECT 1 FROM {schema}.runs r
-                  WHERE r.workflow = p.workflow AND r.version = p.version
-                    AND r.queue = q.name AND r.available_at <= now()))
+                  WHERE r.namespace = :namespace AND r.workflow = p.workflow
+                    AND r.version = p.version AND r.queue = q.name
+                    AND r.available_at <= now()))
 ORDER BY q.name;
 
 -- name: queue_next
--- When an idle worker should look at a queue again: its next run to come due, or when
--- its rate window lets one more start. NULL: only a slot freed elsewhere (or the poll).
+-- When an idle worker should look at a queue again: its next run of the namespace to come
+-- due, or when its rate window lets one more start. NULL: only a slot freed elsewhere (or
+-- the poll).
 SELECT LEAST(
     (SELECT min(n.next_at)
      FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[])) AS p(workflow, version)
      CROSS JOIN LATERAL (
         SELECT min(r.available_at) AS next_at FROM {schema}.runs r
-        WHERE r.workflow = p.workflow AND r.version = p.version AND r.queue IS NOT NULL
-          AND r.queue = :queue AND r.available_at > now()) n),
+        WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
+          AND r.queue IS NOT NULL AND r.queue = :queue AND r.available_at > now()) n),
     (SELECT min(s.started_at + q.rate_period_s * interval '1 second')
      FROM {schema}.queues q JOIN {schema}.runs s ON s.queue = q.name
      WHERE q.name = :queue AND q.rate_limit IS NOT NULL AND s.started_at IS NOT NULL

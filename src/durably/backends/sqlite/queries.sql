@@ -71,8 +71,9 @@ UPDATE {schema}_runs SET
     updated_at = now(),
     claim_token = :token
 WHERE id IN (
-    -- The oldest due runs of each (workflow, version) served, from one range of runs_due
-    -- per pair (runs of versions no worker here serves are never read); then the oldest.
+    -- The oldest due runs of each (workflow, version) served, in the namespace, from one
+    -- range of runs_due per pair (runs of versions no worker here serves, or of other
+    -- namespaces, are never read); then the oldest.
     -- CROSS JOIN keeps the pairs outermost whatever the statistics say.
     -- Runs of a queue no worker declares are unqueued runs too (see the PostgreSQL twin:
     -- here the claim's IMMEDIATE transaction keeps out a declaration meanwhile).
@@ -81,8 +82,8 @@ WHERE id IN (
         FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
         CROSS JOIN {schema}_runs r WHERE r.id IN (
             SELECT id FROM {schema}_runs
-            WHERE workflow = w.value AND version = v.value AND available_at <= now()
-              AND queue IS NULL  -- queued runs: claim_queue
+            WHERE namespace = :namespace AND workflow = w.value AND version = v.value
+              AND available_at <= now() AND queue IS NULL  -- queued runs: claim_queue
               AND id NOT IN (SELECT value FROM json_each(:held))  -- still executing here
             ORDER BY available_at
             LIMIT :limit)
@@ -93,8 +94,9 @@ WHERE id IN (
         CROSS JOIN {schema}_runs r
         WHERE (q.declared_until IS NULL OR q.declared_until <= now()) AND r.id IN (
             SELECT id FROM {schema}_runs
-            WHERE workflow = w.value AND version = v.value AND queue = q.name
-              AND available_at <= now() AND id NOT IN (SELECT value FROM json_each(:held))
+            WHERE namespace = :namespace AND workflow = w.value AND version = v.value
+              AND queue = q.name AND available_at <= now()
+              AND id NOT IN (SELECT value FROM json_each(:held))
             ORDER BY priority DESC, available_at
             LIMIT :limit))
     ORDER BY available_at
@@ -117,16 +119,18 @@ FROM {schema}_runs r WHERE claim_token = :token;
 UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
 
 -- name: next_due
--- See the PostgreSQL twin: unqueued runs, and runs of a queue no worker declares.
+-- See the PostgreSQL twin: unqueued runs of the namespace, and its runs of a queue no
+-- worker declares.
 SELECT (SELECT min(n.next_at) FROM (
             SELECT (SELECT min(available_at) FROM {schema}_runs
-                    WHERE workflow = w.value AND version = v.value
-                      AND available_at IS NOT NULL AND queue IS NULL) AS next_at
+                    WHERE namespace = :namespace AND workflow = w.value
+                      AND version = v.value AND available_at IS NOT NULL
+                      AND queue IS NULL) AS next_at
             FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
             UNION ALL
             SELECT (SELECT min(available_at) FROM {schema}_runs
-                    WHERE workflow = w.value AND version = v.value AND queue = q.name
-                      AND available_at IS NOT NULL)
+                    WHERE namespace = :namespace AND workflow = w.value
+                      AND version = v.value AND queue = q.name AND available_at IS NOT NULL)
             FROM {schema}_queues q
             CROSS JOIN json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
             WHERE q.declared_until IS NULL OR q.declared_until <= now()) n)
@@ -572,8 +576,9 @@ WHERE name = :queue AND (declared_until IS NULL OR declared_until < now() + :ttl
 SELECT name FROM {schema}_queues WHERE name = :queue;
 
 -- name: claim_queue
--- See the PostgreSQL twin: the room the queue has, its due candidates per served
--- (workflow, version), and of those the first that fit every limit.
+-- See the PostgreSQL twin: the room the queue has (counting every namespace's runs), its
+-- due candidates of the namespace per served (workflow, version), and of those the first
+-- that fit every limit.
 UPDATE {schema}_runs SET
     fence = fence + 1,
     worker_id = :worker_id,
@@ -602,7 +607,7 @@ WHERE id IN (
         FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
         CROSS JOIN {schema}_runs r WHERE r.id IN (
             SELECT x.id FROM {schema}_runs x
-            WHERE x.workflow = w.value AND x.version = v.value
+            WHERE x.namespace = :namespace AND x.workflow = w.value AND x.version = v.value
               AND x.queue IS NOT NULL AND x.queue = :queue AND x.available_at <= now()
               AND x.status IN ('pending', 'waiting')
               AND ((SELECT per_key FROM room) IS NULL OR x.concurrency_key IS NULL
@@ -616,6 +621,7 @@ WHERE id IN (
         FROM {schema}_runs r
         WHERE r.queue = :queue AND r.status IN ('running', 'canceled')
           AND +r.available_at <= now()  -- '+': read the queue's few, not every due run
+          AND r.namespace = :namespace
           AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
                       ON w.key = v.key WHERE w.value = r.workflow AND v.value = r.version)
     ), keyed AS (
@@ -656,8 +662,8 @@ WHERE q.declared_until > now() AND q.name NOT IN (SELECT value FROM json_each(:m
   AND EXISTS (
     SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
     CROSS JOIN {schema}_runs r
-    WHERE r.workflow = w.value AND r.version = v.value AND r.queue = q.name
-      AND r.available_at <= now())
+    WHERE r.namespace = :namespace AND r.workflow = w.value AND r.version = v.value
+      AND r.queue = q.name AND r.available_at <= now())
 ORDER BY q.name;
 
 -- name: queue_next
@@ -666,8 +672,8 @@ SELECT (SELECT min(t) FROM (
     SELECT min(r.available_at) AS t
     FROM json_each(:workflows) w JOIN json_each(:versions) v ON w.key = v.key
     CROSS JOIN {schema}_runs r
-    WHERE r.workflow = w.value AND r.version = v.value AND r.queue IS NOT NULL
-      AND r.queue = :queue AND r.available_at > now()
+    WHERE r.namespace = :namespace AND r.workflow = w.value AND r.version = v.value
+      AND r.queue IS NOT NULL AND r.queue = :queue AND r.available_at > now()
     UNION ALL
     SELECT min(s.started_at + q.rate_period_s)
     FROM {schema}_queues q JOIN {schema}_runs s ON s.queue = q.name
