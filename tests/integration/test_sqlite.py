@@ -4,7 +4,9 @@ processes that share one file."""
 from __future__ import annotations
 
 import asyncio
+import linecache
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -77,3 +79,40 @@ async def test_read_only_creates_nothing_and_writes_nothing(tmp_path: Path) -> N
             await reader.start("quick")
     with pytest.raises(ConfigurationError, match="the one option is"):
         Durably(f"sqlite:///{tmp_path}/x.db?mode=rw")
+
+
+async def test_a_transaction_cancelled_while_it_waits_to_begin_leaves_none_open(
+    sqlite_url: str,
+) -> None:
+    """BEGIN IMMEDIATE waits for the file's write lock in the connector's thread; a task
+    cancelled meanwhile (a worker stopping, a timeout) stops waiting, but the BEGIN still
+    runs there. Its transaction used to stay open: every later transaction of the app then
+    failed ("cannot start a transaction within a transaction")."""
+    app = Durably(sqlite_url)
+    app.workflow(name="quick", version="v1")(_quick)
+    async with app:
+        await app.start("quick")  # the file exists, migrated
+        holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        waiting = asyncio.create_task(app.start("quick"))
+        await eventually(_waiting_to_begin, what="the start to wait for the lock")
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        holder.execute("ROLLBACK")
+        holder.close()
+        handle = await app.start("quick")
+        assert (await app.get_run(handle.run_id)).status == "pending"
+
+
+async def _quick(ctx: Any) -> str:
+    return "quick"
+
+
+def _waiting_to_begin() -> bool:
+    """A thread of the SQLite connector is in its BEGIN (waiting for the write lock)."""
+    for frame in sys._current_frames().values():
+        source = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        if frame.f_code.co_filename.endswith("connector.py") and "BEGIN IMMEDIATE" in source:
+            return True
+    return False

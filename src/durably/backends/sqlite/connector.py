@@ -116,6 +116,11 @@ def _execute(conn: sqlite3.Connection, statements: list[str], args: dict[str, An
     return rows
 
 
+def _roll_back_quietly(conn: sqlite3.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error):
+        conn.rollback()
+
+
 def classify(exc: sqlite3.Error) -> Exception:
     """The error the engine sees for a sqlite3 error (see the module docstring)."""
     name = getattr(exc, "sqlite_errorname", None)
@@ -256,7 +261,16 @@ class SqliteConnector:
         assert self._conn is not None
         conn = self._conn
         async with self._lock:
-            await self._run(lambda: conn.execute("BEGIN IMMEDIATE"))
+            try:
+                await self._run(lambda: conn.execute("BEGIN IMMEDIATE"))
+            except BaseException:
+                # Cancelled while the BEGIN waits for the write lock, it still runs in the
+                # thread: a rollback queued behind it (one thread, in order) ends what it
+                # begins, before anything queued later. Not awaited: the BEGIN may wait
+                # for the lock up to the busy timeout.
+                assert self._executor is not None
+                self._executor.submit(_roll_back_quietly, conn)
+                raise
             try:
                 yield SqliteTx(conn, self._queries, self._run)
             except BaseException:
