@@ -11,7 +11,7 @@ from typing import Any
 from ._codec import encode
 from ._errors import LeaseLostError
 from ._records import Lease, PendingStep, RunEnd
-from ._replay import cut_signal_waits
+from ._replay import Recorded, cut_signal_waits
 from .backends import Connector, Row
 
 
@@ -92,13 +92,20 @@ class RunEnds:
         """End a failed workflow attempt and make the run due again in `delay_s` (`resumes`:
         the run's, as claimed).
 
-        The next attempt replays only what came before the first step that failed for good
-        (`_replay.History`): a signal that a wait after it took goes back to the run's own
-        buffer, in this transaction, so the wait running again receives it. Committed with
-        the retry or not at all, it is given back exactly once.
+        The attempt's waits end with it, in this transaction: every one still running, those
+        its execution never reached too (begun by an earlier claim of the attempt), so no
+        send delivers to a wait nobody will read; a signal one holds goes back to the run's
+        own buffer. The next attempt replays only what came before the first step that
+        failed for good (`_replay.History`): a signal that a wait after it took goes back
+        too, so the wait running again receives it. Committed with the retry or not at all,
+        each is given back exactly once.
         """
         async with self.db.transaction() as tx:
             entries = await tx.fetch("log_rows", run_id=lease.run_id)
+            for wait in (r for r in map(Recorded.from_entry, entries) if r.waiting):
+                await tx.send(
+                    "abandon_wait", **lease.params(), position=wait.position, attempt=wait.attempt
+                )
             for wait in cut_signal_waits(entries, lease.workflow_attempt, resumes):
                 await tx.send(
                     "give_back_signal", **lease.params(), position=wait.position, seq=wait.seq

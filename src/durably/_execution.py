@@ -366,12 +366,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         await self._quiesce()
         attempts = self.row["attempts"]
         if retry and attempts < self.row["max_attempts"]:
-            # Its waits end with it: what they hold goes to the run's buffer (no `signal`:
-            # none of them takes it), for the next attempt's waits.
-            for cmd in self.commands.values():
-                attempt = self.running_wait(cmd)
-                if attempt is not None:
-                    await self.store.abandon_wait(self.lease, cmd.position, attempt)
+            # Its waits end with it, in the retry's transaction (see `RunEnds.retry_run`).
             delay = self.workflow.retry.delay(attempts).total_seconds()
             log.warning("run %s: attempt %d failed (%s); retrying in %gs",
                         self.run_id, attempts, error, delay)  # fmt: skip

@@ -28,7 +28,8 @@ class GiveBacks:
     ) -> int | None:
         """End a wait the workflow stopped awaiting. A signal delivered to it goes back to
         the run: with the `signal` it waits for, as `give_back_signal` gives one back;
-        without, to the run's buffer (a workflow attempt that ends, its waits with it)."""
+        without, to the run's buffer (as a workflow retry ends its attempt's waits, see
+        `RunEnds.retry_run`)."""
         where = dict(position=position, attempt=attempt)
         if signal is None:
             rows = await self.db.fetch("abandon_wait", **lease.params(), **where)

@@ -51,17 +51,6 @@ class LiveWaits:
             delay = max((cmd.wait.wake_at - self.now()).total_seconds(), 0.0)
             cmd.timer = self._home_loop().call_later(delay, self._take_up, cmd, False)
 
-    def running_wait(self, cmd: Command) -> int | None:
-        """The attempt of `cmd`'s wait while it may be recorded running: it waits, or it was
-        taken up (its time came, or a signal) and its lifecycle has not run again, as when
-        that happens while the execution ends."""
-        if cmd.settled:
-            return None
-        if cmd.wait is not None:
-            return cmd.wait.attempt
-        rec = cmd.recorded
-        return rec.attempt if cmd in self._to_start and rec and rec.waiting else None
-
     def _take_up(self, cmd: Command, poked: bool) -> None:
         if self.stop or self.fatal or self.concluded or cmd.settled or cmd.abandoned:
             return

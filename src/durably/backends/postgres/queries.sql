@@ -589,8 +589,13 @@ WITH targets AS (
     ) r
     ORDER BY w.run_id, w.position
 ), waits AS (
+    -- A wait read as running may be ending meanwhile (its run's end, a cancel, its workflow
+    -- attempt's end: none takes the name's lock). The UPDATE waits for that to commit and
+    -- tests these conditions again on the row as it is then: an ended wait is passed over,
+    -- so the signal goes to the other waits or to the buffer, never into a wait nobody reads.
     UPDATE {schema}.step_attempts a SET output = CAST(:data AS jsonb), delivered_at = now()
     WHERE a.id = ANY(ARRAY(SELECT id FROM targets))  -- looked up (see claim)
+      AND a.status = 'running' AND a.delivered_at IS NULL
     RETURNING a.run_id
 ), woke AS (
     UPDATE {schema}.runs r SET

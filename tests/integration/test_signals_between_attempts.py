@@ -1,0 +1,150 @@
+"""A signal wait ends with the workflow attempt that began it: a signal sent while a retried
+run is between attempts, or while its failing attempt's waits are ending, is received by the
+next attempt, never by a wait nobody will read again (§4.3: a signal is never lost, and a
+send never reports a delivery that did not happen; §4.14: nothing of an attempt that ended
+is left `running`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+
+from durably import Durably, RetryPolicy, RunHandle, StepContext
+from durably._records import Lease
+from durably._store import Store
+from tests.helpers import duration, eventually, scaled
+
+ONCE = RetryPolicy(max_attempts=1)
+TWICE = RetryPolicy(max_attempts=2, initial_interval="10ms")
+BUFFERED = {"delivered_to": [], "buffered": True, "duplicate": False}
+
+
+@pytest.mark.parametrize("fault", ["step", "code"])
+async def test_a_signal_sent_between_attempts_reaches_the_retry(
+    db_url: str, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """Attempt 1 waits for "go" and "poke"; once "poke" arrives it fails: a step fails for
+    good (`step`: the waits are the claim's own), or the workflow code raises before it
+    reaches the waits an earlier claim of the attempt recorded (`code`: something outside
+    the log changed, a deploy say). "go" is sent as the retry commits: attempt 2 receives
+    it, and "poke" too (given back to the run)."""
+    app = Durably(db_url)
+    faults: list[str] = []  # the workflow's next claim raises, outside any step
+    left: list[Any] = []  # attempts still running once the retry committed
+    sent: list[dict[str, Any]] = []
+    original = Store.retry_run
+
+    async def then_send(self: Store, lease: Lease, *args: Any) -> None:
+        await original(self, lease, *args)
+        left.extend(s for s in await app.list_steps(lease.run_id) if s.status == "running")
+        sent.append(await app.send_signal("go", "between"))
+
+    monkeypatch.setattr(Store, "retry_run", then_send)
+    checks: list[int] = []
+
+    def check() -> None:
+        checks.append(1)
+        if fault == "step" and len(checks) == 1:
+            raise RuntimeError("check is down")
+
+    @app.workflow(name="flaky", version="v1", retry=TWICE)
+    async def flaky(ctx: Any) -> list[Any]:
+        if faults:
+            raise RuntimeError(faults.pop())
+        go = ctx.step.wait_for_signal("go", timeout=duration(3))
+        poke = await ctx.step.wait_for_signal("poke", timeout=duration(3))
+        await ctx.step.run("check", check, retry=ONCE)
+        return [await go, poke]
+
+    async with app, app.worker():
+        handle = await flaky.start()
+        await eventually(lambda: _is(handle, "waiting"), what="both waits")
+        if fault == "code":
+            faults.append("a fault outside any step")
+        assert (await app.send_signal("poke", "poked"))["delivered_to"] == [handle.run_id]
+        result = await handle.result(timeout=scaled(10))
+        assert sent == [BUFFERED], "attempt 1's wait took the signal"
+        assert left == [], "attempt 1's waits were left running"
+        assert result == ["between", "poked"]
+        assert (await handle.get()).attempts == 2
+        assert await app.list_signals(pending=True) == []
+
+
+async def test_a_signal_sent_as_the_failing_attempts_wait_ends_reaches_the_retry(
+    pg_url: str,
+) -> None:
+    """PostgreSQL: the send reads the wait as running, and reaches its row just after the
+    failing attempt ended it (held here, by a trigger, until the send waits for that row).
+    The signal is buffered, and attempt 2 receives it."""
+    app = Durably(pg_url)
+    calls: list[int] = []
+
+    async def fails_once(ctx: StepContext) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            await eventually(lambda: _wait_running(app, ctx.fence.run_id), what="the wait")
+            raise RuntimeError("down")
+
+    @app.workflow(name="fails", version="v1", retry=TWICE)
+    async def fails(ctx: Any) -> Any:
+        go = ctx.step.wait_for_signal("go", timeout=duration(3))
+        await ctx.step.run("fails-once", fails_once, retry=ONCE)
+        return await go
+
+    async with app, await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        handle = await fails.start()  # the schema exists from here on
+        await conn.execute(_HOLD_WAIT_END)
+        await conn.execute("SELECT pg_advisory_lock(8128, 1)")
+        async with app.worker():
+            await eventually(lambda: _waiting(conn, "advisory"), what="the wait's end")
+            send = asyncio.create_task(app.send_signal("go", "y"))
+            await eventually(lambda: _waiting(conn, "WITH targets AS"), what="the send")
+            await conn.execute("SELECT pg_advisory_unlock(8128, 1)")
+            assert await send == BUFFERED
+            assert await handle.result(timeout=scaled(10)) == "y"
+            assert (await handle.get()).attempts == 2
+            assert await app.list_signals(pending=True) == []
+
+
+# The transaction that ends a signal wait (status `running` to anything else) waits, before
+# it commits, for advisory lock (8128, 1), which the test holds.
+_HOLD_WAIT_END = """
+CREATE FUNCTION durably.hold_wait_end() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(8128, 1);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER hold_wait_end AFTER UPDATE ON durably.step_attempts FOR EACH ROW
+WHEN (OLD.status = 'running' AND NEW.status <> 'running' AND NEW.kind = 'signal-wait')
+EXECUTE FUNCTION durably.hold_wait_end();
+"""
+
+
+async def _waiting(conn: psycopg.AsyncConnection[Any], what: str) -> bool:
+    """Whether a session of this database waits for a lock: the test's advisory lock, or
+    (its statement starting with `what`: `send_signal`'s, say) a row."""
+    if what == "advisory":
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 8128 "
+            "AND objid = 1 AND objsubid = 2 AND NOT granted"
+        )
+    else:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND starts_with(query, %s)",
+            (what,),
+        )
+    row = await cur.fetchone()
+    return row is not None and row[0] > 0
+
+
+async def _wait_running(app: Durably, run_id: str) -> bool:
+    steps = await app.list_steps(run_id)
+    return any(s.kind == "signal-wait" and s.status == "running" for s in steps)
+
+
+async def _is(handle: RunHandle[Any], status: str) -> bool:
+    return (await handle.get()).status == status
