@@ -193,8 +193,10 @@ class Store(RunEnds, GiveBacks):
         return outcome
 
     async def _live_run(self, tx: Tx, run_id: str, action: str) -> None:
-        """Lock the run against a concurrent end until `tx` ends; refuse a finished one."""
-        rows = await tx.fetch("get_run_for_share", run_id=run_id)
+        """Lock the run against a concurrent end until `tx` ends; refuse a finished one.
+        The lock is the one the send takes next to wake the run (a share lock taken first
+        made two sends to one run each wait for the other's: a deadlock)."""
+        rows = await tx.fetch("get_run_for_update", run_id=run_id)
         if not rows:
             raise RunNotFound(f"no run with id {run_id!r}")
         if rows[0]["status"] in ("completed", "failed", "canceled"):

@@ -47,9 +47,6 @@ SELECT id FROM {schema}.runs
 WHERE id = ANY(CAST(:ids AS text[])) AND status IN ('completed', 'failed', 'canceled')
   AND NOT compensating;
 
--- name: get_run_for_share
-SELECT * FROM {schema}.runs WHERE id = :run_id FOR SHARE;
-
 -- name: get_run_for_update
 SELECT * FROM {schema}.runs WHERE id = :run_id FOR NO KEY UPDATE;
 
@@ -142,7 +139,12 @@ WITH quick AS MATERIALIZED (
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
-        wake_requested = false, waiting_for = NULL, wake_at = NULL,
+        -- The history below is read as of this statement's snapshot, the run as it is
+        -- now: a send that reached the run in between (woken already, so it asked no one
+        -- to look) is not in that history. Its execution is told to read its waits again.
+        wake_requested = NOT EXISTS (
+            SELECT 1 FROM {schema}.runs s WHERE s.id = r.id AND s.xmin = r.xmin),
+        waiting_for = NULL, wake_at = NULL,
         started_at = COALESCE(r.started_at, now()),
         updated_at = now()
     -- By id, from an array: whatever the planner counts of `due` (a tenth of its input, for
@@ -898,7 +900,9 @@ WITH q AS (
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
-        wake_requested = false, waiting_for = NULL, wake_at = NULL,
+        wake_requested = NOT EXISTS (  -- a send in between (see claim)
+            SELECT 1 FROM {schema}.runs s WHERE s.id = r.id AND s.xmin = r.xmin),
+        waiting_for = NULL, wake_at = NULL,
         started_at = COALESCE(r.started_at, now()),
         updated_at = now()
     WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE n <= :limit))  -- looked up (see claim)

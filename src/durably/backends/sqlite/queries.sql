@@ -31,9 +31,6 @@ SELECT id FROM {schema}_runs
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('completed', 'failed', 'canceled')
   AND NOT compensating;
 
--- name: get_run_for_share
-SELECT * FROM {schema}_runs WHERE id = :run_id;
-
 -- name: get_run_for_update
 SELECT * FROM {schema}_runs WHERE id = :run_id;
 
