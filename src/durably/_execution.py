@@ -90,9 +90,6 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         self.recorder = recorder
         self.on_park = on_park
         self.heartbeat = heartbeat
-        # The claim's history may lack a signal delivered as it claimed (see `claim`):
-        # its recorded waits look again before they wait.
-        self.recheck_waits = bool(row["wake_requested"])
         self._db_now: datetime = row["db_now"]
         self._mono_at_claim = clock.monotonic()
         self.loop = WorkflowLoop(self.poison)  # type: ignore[abstract]  # I/O is refused

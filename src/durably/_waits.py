@@ -43,7 +43,7 @@ async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: floa
     rec = cmd.recorded
     if rec is not None and rec.waiting:
         delivered, data = rec.delivered, rec.output
-        if not delivered and (cmd.poked or x.recheck_waits):  # it may have arrived since
+        if not delivered and cmd.poked:  # a signal may have arrived while we ran
             row = await x.store.get_attempt(x.run_id, cmd.position, rec.attempt)
             delivered = row is not None and row["delivered_at"] is not None
             data = decode(row["output"]) if row is not None and delivered else None

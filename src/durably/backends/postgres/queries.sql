@@ -97,6 +97,9 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 -- must never hold the same (fence, worker): the lost claim's execution still runs, so its
 -- worker passes over the run until it has ended. Every other write under the lease waits
 -- for its own flush, which is later in the WAL than the claim's.
+-- Each run's history is read once the run is locked, by a function (0012): the statement's
+-- own snapshot is older than its locks, and would miss what was committed for the run in
+-- between (a signal, the previous holder's last record).
 WITH quick AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ), lapsed AS MATERIALIZED (
@@ -139,12 +142,7 @@ WITH quick AS MATERIALIZED (
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
-        -- The history below is read as of this statement's snapshot, the run as it is
-        -- now: a send that reached the run in between (woken already, so it asked no one
-        -- to look) is not in that history. Its execution is told to read its waits again.
-        wake_requested = NOT EXISTS (
-            SELECT 1 FROM {schema}.runs s WHERE s.id = r.id AND s.xmin = r.xmin),
-        waiting_for = NULL, wake_at = NULL,
+        wake_requested = false, waiting_for = NULL, wake_at = NULL,
         started_at = COALESCE(r.started_at, now()),
         updated_at = now()
     -- By id, from an array: whatever the planner counts of `due` (a tenth of its input, for
@@ -158,11 +156,7 @@ WITH quick AS MATERIALIZED (
     RETURNING a.id
 )
 SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned,
-    (SELECT json_agg(h ORDER BY h.position, h.attempt) FROM (
-        SELECT position, attempt, step, kind, status, final, compensable, signal, child_run_id,
-               wake_at, output, error, workflow_attempt, seq,
-               delivered_at IS NOT NULL AS delivered
-        FROM {schema}.step_attempts s WHERE s.run_id = claimed.id) h)::text AS history
+    {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
 FROM claimed CROSS JOIN quick;
 
 -- name: next_due
@@ -900,9 +894,7 @@ WITH q AS (
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
-        wake_requested = NOT EXISTS (  -- a send in between (see claim)
-            SELECT 1 FROM {schema}.runs s WHERE s.id = r.id AND s.xmin = r.xmin),
-        waiting_for = NULL, wake_at = NULL,
+        wake_requested = false, waiting_for = NULL, wake_at = NULL,
         started_at = COALESCE(r.started_at, now()),
         updated_at = now()
     WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE n <= :limit))  -- looked up (see claim)
@@ -917,11 +909,7 @@ WITH q AS (
 )
 SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned,
     (SELECT count(*) FROM notified) AS notified,
-    (SELECT json_agg(h ORDER BY h.position, h.attempt) FROM (
-        SELECT position, attempt, step, kind, status, final, compensable, signal, child_run_id,
-               wake_at, output, error, workflow_attempt, seq,
-               delivered_at IS NOT NULL AS delivered
-        FROM {schema}.step_attempts s WHERE s.run_id = claimed.id) h)::text AS history
+    {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
 FROM claimed;
 
 -- name: foreign_queues

@@ -1,19 +1,26 @@
-"""Sends and claims at once (§4.3, PostgreSQL): sends that wake the same runs at once wait
-for each other, none is aborted as a deadlock (deadlock_timeout, a second by default,
-before one of them is aborted and sent again); a signal delivered while its run's claim
-is under way is never missed by the execution that claim starts."""
+"""Sends, records and claims at once (PostgreSQL): sends that wake the same runs at once
+wait for each other, none is aborted as a deadlock (deadlock_timeout, a second by default,
+before one of them is aborted and sent again); what is committed for a run while its claim
+is under way (a signal, the previous holder's last record) is in the history that claim
+hands its execution.
+
+A claim is held between its snapshot and its lock on a run by a lock on the row of the
+run's queue, which no worker declares: the claim reads those rows first and takes their
+runs as unqueued ones."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
 
 from durably import Durably
+from durably._records import Lease, PendingStep
 from tests.helpers import duration, eventually, scaled
 
 RUNS = 6
@@ -62,11 +69,7 @@ async def test_a_signal_delivered_while_the_claim_is_under_way_is_received(pg_ur
     run as it finds it later. A second signal committed in between (the run already woken
     by the first, not yet claimed) is not in that history, and the send found the run
     `pending`, so it asked nobody to look again: the execution waited for a signal already
-    delivered, parked, and the run stayed `waiting` until the wait's time-out.
-
-    The claim is held between its snapshot and its lock on the run by a lock on the row of
-    the run's queue, which no worker declares (the claim reads those rows first)."""
-    starter, worker_app = Durably(pg_url), Durably(pg_url)
+    delivered, parked, and the run stayed `waiting` until the wait's time-out."""
 
     async def two(ctx: Any) -> list[Any]:
         return list(await ctx.gather(
@@ -74,8 +77,7 @@ async def test_a_signal_delivered_while_the_claim_is_under_way_is_received(pg_ur
             ctx.step.wait_for_signal("b", timeout=duration(60)),
         ))  # fmt: skip
 
-    starter.workflow(name="two", version="v1", queue=starter.queue("nobody"))(two)
-    worker_app.workflow(name="two", version="v1")(two)  # the queue's runs, as unqueued ones
+    starter, worker_app = _apps(pg_url, two)
     async with (
         starter,
         worker_app,
@@ -104,3 +106,58 @@ async def _claim_blocked(url: str) -> bool:
         )
         row = await cur.fetchone()
         return row is not None and row[0] > 0
+
+
+async def test_a_record_committed_while_the_claim_is_under_way_is_replayed(pg_url: str) -> None:
+    """The run's previous holder writes its last step's record while its lease still
+    holds and commits it just after the lease ran out, as the next claim is under way: the
+    step completed, and must not run again."""
+    ran: list[int] = []
+
+    async def once(k: int) -> int:
+        ran.append(k)
+        return k
+
+    async def flow(ctx: Any) -> int:
+        return int(await ctx.step.run("once", once, 1))
+
+    starter, worker_app = _apps(pg_url, flow)
+    async with starter, worker_app, await psycopg.AsyncConnection.connect(pg_url) as holder:
+        handle = await starter.start("flow")
+        store = worker_app.store
+        [row] = await store.claim("old", [("flow", "v1")], 1, scaled(1))
+        lease = Lease(row["id"], row["fence"], "old", row["attempts"])
+        record = PendingStep(1, 1, "once", "function", "completed", output_json="1", seq=1)
+        async with store.db.transaction() as tx:  # the old holder's record, not committed
+            batch = f"[{record.batch_entry(lease)}]"
+            assert await tx.fetch("record_many", worker_id="old", batch=batch)
+            await eventually(lambda: _lapsed(starter, handle.run_id), what="the lease to end")
+            await holder.execute("SELECT 1 FROM durably.queues WHERE name = 'nobody' FOR UPDATE")
+            worker = worker_app.worker()
+            await worker.__aenter__()
+            try:
+                await eventually(lambda: _claim_blocked(pg_url), what="the claim to wait")
+            except BaseException:
+                await worker.__aexit__(None, None, None)
+                raise
+        try:  # the record is committed; the claim goes on
+            await holder.rollback()
+            assert await handle.result(timeout=scaled(10)) == 1
+        finally:
+            await worker.__aexit__(None, None, None)
+    assert ran == []
+
+
+def _apps(url: str, fn: Any) -> tuple[Durably, Durably]:
+    """An app whose runs of `fn` go to queue "nobody", and a worker's app that serves the
+    same workflow without a queue: no worker declares "nobody"."""
+    starter, worker_app = Durably(url), Durably(url)
+    name = fn.__name__
+    starter.workflow(name=name, version="v1", queue=starter.queue("nobody"))(fn)
+    worker_app.workflow(name=name, version="v1")(fn)
+    return starter, worker_app
+
+
+async def _lapsed(app: Durably, run_id: str) -> bool:
+    run = await app.get_run(run_id)
+    return run.available_at is not None and run.available_at <= datetime.now(UTC)

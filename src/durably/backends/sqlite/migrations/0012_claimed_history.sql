@@ -1,0 +1,3 @@
+-- Nothing to change here: the PostgreSQL claim reads its history through a function of its
+-- own (see the twin). SQLite's claim is one IMMEDIATE transaction, with every other writer
+-- kept out: its history cannot miss a record committed while it claims.
