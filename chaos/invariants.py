@@ -79,7 +79,7 @@ async def all_runs(app: Durably) -> list[Run]:
 
 def check_all(ev: Evidence) -> list[Check]:
     return [check_states(ev), check_lost(ev), check_stuck(ev), check_running(ev),
-            check_completed_once(ev), check_effects(ev), check_executions(ev),
+            check_completed_once(ev), check_effects(ev), check_executions(ev), check_fences(ev),
             check_after_cancel(ev), check_signals(ev), check_compensations(ev),
             check_children(ev), check_deploys(ev)]  # fmt: skip
 
@@ -197,6 +197,18 @@ def check_executions(ev: Evidence) -> Check:
         ]
         c.expect(not unexplained, f"{run_id} {step} ran {len(ran)} times; re-run with no fault "
                                   f"on the worker: {', '.join(unexplained)}")  # fmt: skip
+    return c
+
+
+def check_fences(ev: Evidence) -> Check:
+    c = Check("each fence a body was handed belongs to one worker (a claim's, never reused)")
+    holders: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for line in ev.ledger:
+        if line["event"] == "start":
+            holders[(line["run"], line["fence"])].add(f"{line['worker']}/{line.get('pid')}")
+    for (run_id, fence), workers in sorted(holders.items()):
+        c.expect(len(workers) == 1, f"{run_id}: fence {fence} handed to bodies on "
+                                    f"{', '.join(sorted(workers))}")  # fmt: skip
     return c
 
 

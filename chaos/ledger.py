@@ -36,7 +36,7 @@ def note(ctx: StepContext, event: str) -> None:
         path = Path(os.environ["CHAOS_LEDGER"]) / f"{WORKER}-{os.getpid()}.jsonl"
         _ledger_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     line = {"run": ctx.run_id, "step": ctx.step, "attempt": ctx.attempt, "fence": ctx.fence.fence,
-            "worker": WORKER, "event": event, "t": time.time()}  # fmt: skip
+            "worker": WORKER, "pid": os.getpid(), "event": event, "t": time.time()}  # fmt: skip
     os.write(_ledger_fd, (json.dumps(line) + "\n").encode())
 
 
