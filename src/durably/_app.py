@@ -115,7 +115,7 @@ class Durably(OperatingApi):
         self._pool_size = pool_size
         self.connector = connect(self.url, schema, self.clock, pool_size)
         self.store = Store(self.connector, namespace)
-        self.end_watch = EndWatch(self.connector)
+        self.end_watch = EndWatch(self.connector, self.store.channel)
         self.max_payload = max_payload_bytes
         self.max_step_attempts = max_step_attempts
         self._migrate = migrate
@@ -136,7 +136,7 @@ class Durably(OperatingApi):
         self.url = url
         self.connector = connect(url, self.connector.schema, self.clock, self._pool_size)
         self.store = Store(self.connector, self.namespace)
-        self.end_watch = EndWatch(self.connector)
+        self.end_watch = EndWatch(self.connector, self.store.channel)
         return self
 
     # ----------------------------------------------------------------- registry

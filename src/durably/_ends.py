@@ -30,6 +30,8 @@ class RunEnds:
             ends="[" + ",".join(end.entry for end in ends) + "]", batch=f"[{batch}]",
         )  # fmt: skip
         ended = {row["id"] for row in rows}
+        # SQLite: every end, to this process's waiters (a call; nothing marks runs awaited
+        # there). PostgreSQL: nothing; the statement notified the awaited ends (await_runs).
         for run_id in ended:
             self.db.notify_local(f"ended:{run_id}")
         if rows:
@@ -82,7 +84,7 @@ class RunEnds:
             return await self.end_refused(lease)
         for row in canceled:
             self.db.notify_local(f"cancel:{row['id']}")
-        self.db.notify_local(f"ended:{lease.run_id}")
+        self.db.notify_local(f"ended:{lease.run_id}")  # SQLite only: see finish_many
         self.db.notify_local("run")
         return True
 

@@ -1,10 +1,17 @@
 """Waiting for runs to end (`RunHandle.wait`): woken by the end itself instead of polling
 the run's row, through one listening connection per app, however many wait.
 
-A waiter subscribes, then reads its run, then waits to be woken and reads it again. An end
-that commits after the read is announced by the statement that ends the run (PostgreSQL:
-`ended:<id>` from finish_run and finish_many, `cancel:<id>` from a cancel; SQLite: the same
-through `notify_local`, in this process); one that committed before is in the read.
+A waiter subscribes, marks its run awaited, then reads its run, then waits to be woken and
+reads it again. An end that commits after the mark is announced by the statement that ends
+the run (PostgreSQL: `ended:<id>` from finish_run and finish_many, only for a run marked
+awaited, see `await_runs`; `cancel:<id>` from a cancel; SQLite: every end, through
+`notify_local`, in this process); one that committed before is in the read.
+
+The marks of the waiters that come together are one statement (`await_runs`). A mark that
+finds the run ended (or missing) marks nothing: the read says so, and if it does not (the run
+was resumed in between) the waiter marks it again before it waits. SQLite does not mark:
+its messages are function calls in this process, and a mark would be a write, under its
+one writer lock, for nothing.
 
 What no message names is checked for every waiter at once, by one query (`ended_runs`)
 that wakes those whose run has ended:
@@ -19,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from .backends import LISTENING, Connector
@@ -29,14 +37,22 @@ SAFETY_POLL_S = 1.0
 
 StopListening = Callable[[], Awaitable[None]]
 
+log = logging.getLogger("durably.client")
+
 
 class EndWatch:
     """The waiters of one app and their listening connection, opened by the first waiter
     and closed by `Durably.close()`."""
 
-    def __init__(self, db: Connector) -> None:
+    def __init__(self, db: Connector, channel: str) -> None:
         self._db = db
+        self._channel = channel
         self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._marks = db.dialect == "postgresql"  # see the module's docstring
+        self._unmarked: set[str] = set()  # to mark with the next statement, as one batch
+        self._batch: asyncio.Future[set[str]] | None = None  # that batch's marked runs
+        self._marker: asyncio.Task[None] | None = None
+        self._mark_refused = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listener: asyncio.Task[StopListening] | None = None
         self._poller: asyncio.Task[None] | None = None
@@ -50,7 +66,9 @@ class EndWatch:
         self._waiters.setdefault(run_id, set()).add(woken)
         try:
             await self.listen()
-            yield Waiter(self, woken)
+            waiter = Waiter(self, run_id, woken)
+            await waiter.mark()
+            yield waiter
         finally:
             waiters = self._waiters.get(run_id, set())
             waiters.discard(woken)
@@ -60,12 +78,16 @@ class EndWatch:
     async def close(self) -> None:
         """Stop listening. A waiter still waiting reads its run again, and listens anew
         if it waits on (as the app reconnects when used after `close()`)."""
-        listener, tasks = self._listener, [t for t in (self._poller, self._checker) if t]
-        self._listener = self._poller = self._checker = None
+        listener = self._listener
+        tasks = [t for t in (self._poller, self._checker, self._marker) if t]
+        self._listener = self._poller = self._checker = self._marker = None
         if self._loop is asyncio.get_running_loop():
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self._unmarked, batch, self._batch = set(), self._batch, None
+            if batch is not None and not batch.done():  # its marker never started
+                batch.set_result(set())
             if listener is not None:
                 stop = await listener
                 await stop()
@@ -76,11 +98,46 @@ class EndWatch:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # tasks left on a loop that has ended are gone with it
             self._loop, self._listener, self._poller, self._checker = loop, None, None, None
+            self._marker, self._batch, self._unmarked = None, None, set()
         if self._listener is None:
             listening = self._db.listen(self._on_message)
             self._listener = asyncio.create_task(listening, name="durably-end-listen")
             self._poller = asyncio.create_task(self._poll(), name="durably-end-poll")
         await self._listener
+
+    async def mark(self, run_id: str) -> bool:
+        """Mark run `run_id` awaited (see `await_runs`), in one statement with the runs of
+        the waiters that come meanwhile. False: it has ended or does not exist (read it)."""
+        if not self._marks:
+            return True
+        self._unmarked.add(run_id)
+        if self._batch is None:
+            self._batch = asyncio.get_running_loop().create_future()
+        batch = self._batch
+        if self._marker is None or self._marker.done():
+            self._marker = asyncio.create_task(self._mark(), name="durably-end-mark")
+        return run_id in await asyncio.shield(batch)
+
+    async def _mark(self) -> None:
+        while self._unmarked and self._batch is not None:
+            ids, batch = sorted(self._unmarked), self._batch
+            self._unmarked, self._batch = set(), None
+            try:
+                rows = await self._db.fetch("await_runs", ids=ids, channel=self._channel)
+            except asyncio.CancelledError:
+                batch.set_result(set())  # not marked: each reads its run, marks it again
+                raise
+            except Exception as exc:
+                # Say marked: each waiter reads its run (and meets the error there if it
+                # lasts), then waits for the safety poll. A role that may read runs but not
+                # write them waits so, and is told once.
+                if not self._mark_refused:
+                    self._mark_refused = True
+                    log.warning("could not mark runs awaited (%s): waiters learn of their "
+                                "end by a check every %g s", exc, SAFETY_POLL_S)  # fmt: skip
+                batch.set_result(set(ids))
+            else:
+                batch.set_result({row["id"] for row in rows})
 
     def _on_message(self, message: str) -> None:
         kind, _, run_id = message.partition(":")
@@ -125,14 +182,26 @@ class EndWatch:
 class Waiter:
     """One waiter's wake-ups (`EndWatch.watching`)."""
 
-    def __init__(self, watch: EndWatch, woken: asyncio.Event) -> None:
+    def __init__(self, watch: EndWatch, run_id: str, woken: asyncio.Event) -> None:
         self._watch = watch
+        self._run_id = run_id
         self._woken = woken
+        self._marked = False
+
+    async def mark(self) -> None:
+        """Mark the run awaited (`EndWatch.mark`), before relying on being told of its end."""
+        self._marked = await self._watch.mark(self._run_id)
 
     async def wait(self, timeout: float | None) -> None:
         """Until the run may have ended, or `timeout` seconds have passed (None: no limit).
         Read the run after it: a wake-up that came since the last read returns at once."""
         await self._watch.listen()  # again, after a `close()` that this waiter outlived
+        if not self._marked:
+            # The mark found the run ended (or missing), the read since did not: it was
+            # resumed in between. Marked now, it is told; else it is to be read again.
+            await self.mark()
+            if not self._marked:
+                return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 await self._woken.wait()

@@ -9,13 +9,16 @@ are counted (its connector's `fetch`, the one way its store reaches the database
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
-from durably import Durably
+from durably import Durably, RetryPolicy
 from tests.helpers import duration, eventually, scaled
 
 WAITERS = "durably-waiters"  # the client's application_name on PostgreSQL
@@ -35,6 +38,15 @@ def _app(url: str, undone: list[str] | None = None) -> Durably:
     @app.workflow(name="booking")
     async def booking(ctx: Any, topic: str) -> Any:
         await ctx.step.run("reserve", reserve, compensate=undone.append)
+        return await ctx.step.wait_for_signal(topic, timeout=duration(60))
+
+    @app.workflow(name="quick")
+    async def quick(ctx: Any, x: int) -> int:
+        return x
+
+    @app.workflow(name="parent")  # ends with a child: by finish_run, not group commit
+    async def parent(ctx: Any, topic: str) -> Any:
+        await ctx.step.run_workflow(quick, 1)
         return await ctx.step.wait_for_signal(topic, timeout=duration(60))
 
     return app
@@ -81,6 +93,154 @@ async def _parked(server: Durably, topic: str, n: int = 1, workflow: str = "wait
     ids = [(await server.start(workflow, topic)).run_id for _ in range(n)]
     await eventually(lambda: _all_in(server, ids, "waiting"), what="the runs to wait")
     return ids
+
+
+@contextlib.asynccontextmanager
+async def _cancelled_after(task: asyncio.Task[None]) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_only_the_ends_someone_waits_for_are_notified(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every listener of the channel (each worker's) hears every `ended:`, and PostgreSQL
+    serializes the commits of notifying transactions: the end of a run nobody waits for
+    (almost every end) sends none. Heard by a plain connection listening on the channel."""
+    server, client = _app(pg_url), _app(pg_url)
+    statements = Statements(client, monkeypatch)
+    heard: list[str] = []
+    async with (
+        server, client,
+        await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn,
+    ):  # fmt: skip
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(server.store.channel)))
+
+        async def hear() -> None:
+            async for note in conn.notifies():
+                heard.append(note.payload)
+
+        hearing = asyncio.create_task(hear())
+        async with server.worker(concurrency=10), _cancelled_after(hearing):
+            # Nobody waits: 20 runs ended by group commit, 3 parents ended each with its
+            # child's end behind it (by finish_run).
+            quick = [(await server.start("quick", i)).run_id for i in range(20)]
+            parents = await _parked(server, "nobody", 3, workflow="parent")
+            awaited = await _parked(server, "go")
+            awaited += await _parked(server, "go", workflow="parent")
+            await eventually(lambda: _all_in(server, quick, "completed"), what="quick runs")
+            await server.send_signal("nobody", "done")
+            await eventually(lambda: _all_in(server, parents, "completed"), what="the parents")
+            waiting = [
+                asyncio.create_task(client.handle(run_id).result(timeout=duration(30)))
+                for run_id in awaited
+            ]
+            await eventually(partial(statements.ran, "get_run", 2), what="the first reads")
+            await server.send_signal("go", "done")
+            assert await asyncio.gather(*waiting) == ["done"] * 2
+            # Notifications reach a listener in commit order: those of the ends before the
+            # awaited ones are in by now.
+            await eventually(lambda: {f"ended:{i}" for i in awaited} <= set(heard),
+                             what="the awaited ends' notifications")  # fmt: skip
+    ended = sorted(m.removeprefix("ended:") for m in heard if m.startswith("ended:"))
+    assert ended == sorted(awaited), f"{len(ended)} ends notified, {len(awaited)} awaited"
+
+
+async def test_a_run_a_claim_passed_over_while_it_was_marked_is_claimed_at_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A waiter's mark holds its run's row lock for a moment, and a claim that comes then
+    passes over the run (SKIP LOCKED). A busy worker looks for work again only when told
+    (or after its poll interval): the mark of a due run tells the workers. Here the mark
+    holds the lock until a claim has passed over the run (before, about a third of
+    start-then-result calls beside a busy worker lost the 5 s poll interval so)."""
+    server, client = _app(pg_url), _app(pg_url)
+    release = asyncio.Event()
+
+    @server.workflow(name="hold")
+    async def hold(ctx: Any) -> None:  # keeps the worker busy: no look for work when idle
+        await ctx.step.run("hold", release.wait)
+
+    marking, passed = asyncio.Event(), asyncio.Event()
+    claim, mark = server.connector.fetch, client.connector.fetch
+
+    async def claim_while_marking(query: str, **params: Any) -> Any:
+        if query != "claim" or passed.is_set():
+            return await claim(query, **params)
+        await marking.wait()
+        rows = await claim(query, **params)
+        passed.set()
+        return rows
+
+    async def mark_across_a_claim(query: str, **params: Any) -> Any:
+        if query != "await_runs":
+            return await mark(query, **params)
+        async with client.connector.transaction() as tx:
+            rows = await tx.fetch(query, **params)
+            marking.set()
+            await passed.wait()
+        return rows
+
+    monkeypatch.setattr(client.connector, "fetch", mark_across_a_claim)
+    async with server, client, server.worker(concurrency=10, poll_interval="60s"):
+        held = await server.start("hold")
+        await eventually(lambda: _all_in(server, [held.run_id], "running"), what="a busy worker")
+        monkeypatch.setattr(server.connector, "fetch", claim_while_marking)
+        try:
+            run_id = (await server.start("quick", 7)).run_id
+            assert await client.handle(run_id).result(timeout=duration(10)) == 7
+            assert passed.is_set()
+        finally:
+            release.set()
+
+
+async def test_a_run_resumed_between_the_mark_and_the_read_is_marked_again(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark finds the run ended (failed); it is resumed before the waiter reads it,
+    and the read finds it live: the waiter marks it again before it waits, so the end of
+    the resumed run is told (the safety poll is out of the picture)."""
+    monkeypatch.setattr("durably._endwatch.SAFETY_POLL_S", 3600.0)
+    server, client = _app(pg_url), _app(pg_url)
+    calls: list[int] = []
+
+    def fails_once() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the first time")
+        return "ok"
+
+    @server.workflow(name="resumed")
+    async def resumed(ctx: Any) -> Any:
+        await ctx.step.run("once", fails_once, retry=RetryPolicy(max_attempts=1))
+        return await ctx.step.wait_for_signal("go", timeout=duration(60))
+
+    marks: list[list[str]] = []
+    mark = client.connector.fetch
+
+    async def resume_after_the_first_mark(query: str, **params: Any) -> Any:
+        rows = await mark(query, **params)
+        if query == "await_runs":
+            marks.append([row["id"] for row in rows])
+            if len(marks) == 1:
+                await server.resume(params["ids"][0])
+        return rows
+
+    async with server, client, server.worker():
+        run_id = (await server.start("resumed")).run_id
+        await eventually(lambda: _all_in(server, [run_id], "failed"), what="the failure")
+        monkeypatch.setattr(client.connector, "fetch", resume_after_the_first_mark)
+        waiting = asyncio.create_task(client.handle(run_id).result(timeout=duration(60)))
+        await eventually(lambda: _all_in(server, [run_id], "waiting"), what="the resumed run")
+        await server.send_signal("go", "done")
+        async with asyncio.timeout(scaled(10)):  # told of the end, not at the result's timeout
+            assert await waiting == "done"
+    # Marked again (or, if the end came first, found ended again, and read).
+    assert len(marks) == 2 and marks[0] == [], marks
 
 
 async def test_a_waiting_client_reads_its_run_once_then_waits_for_the_end(
@@ -169,6 +329,9 @@ async def test_fifty_waiters_share_one_listening_connection(
         assert listens.calls == 1
         if postgres:
             assert await _listening_backends(db_url) == 1
+            # Their runs were marked awaited together (by as many statements as times
+            # the marks went out): not one statement each.
+            assert statements.names.count("await_runs") <= 3, statements.names
         sent = await server.send_signal("all", "done")
         assert sorted(sent["delivered_to"]) == sorted(ids)
         assert await asyncio.gather(*waiting) == ["done"] * 50

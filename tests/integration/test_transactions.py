@@ -154,6 +154,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         "0010_given_back.sql",
         "0011_claim_by_namespace.sql",
         "0012_claimed_history.sql",
+        "0013_awaited.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))

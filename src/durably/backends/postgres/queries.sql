@@ -47,6 +47,33 @@ SELECT id FROM {schema}.runs
 WHERE id = ANY(CAST(:ids AS text[])) AND status IN ('completed', 'failed', 'canceled')
   AND NOT compensating;
 
+-- name: await_runs
+-- Waiters (`RunHandle.wait`) mark their runs awaited before they rely on being told of the
+-- end: an end notifies `ended:` only when the row it ended says awaited (finish_run,
+-- finish_many). The ids returned are the runs marked, not ended (as ended_runs means it);
+-- any other has ended, or does not exist: its waiter reads it.
+-- No end is missed, in either order, under READ COMMITTED: the mark and the end both update
+-- the run's row, so they hold its row lock one after the other, and an UPDATE writes the
+-- row's latest committed version, its WHERE tested again on that version.
+-- - The mark commits first: the end's UPDATE writes over the marked version, and its
+--   RETURNING says awaited (also when its snapshot is older than the mark: the update, and
+--   finish_many's lock before it, follow the row to its latest version).
+-- - The end takes the row first: the mark waits for it to commit, then finds the run ended
+--   and marks nothing; the waiter reads the end.
+-- A mark held while a claim looks for due runs makes the claim pass over the run (SKIP
+-- LOCKED): a marked run that is due wakes the workers again. The mark stays: an end after a
+-- resume notifies too (for nothing, if nobody waits then).
+WITH marked AS (
+    UPDATE {schema}.runs SET awaited = true
+    WHERE id = ANY(CAST(:ids AS text[]))
+      AND (status NOT IN ('completed', 'failed', 'canceled') OR compensating)
+    RETURNING id, available_at
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM (
+        SELECT 1 FROM marked WHERE available_at <= now() LIMIT 1) AS x
+)
+SELECT id, (SELECT count(*) FROM notified) AS notified FROM marked;
+
 -- name: get_run_for_update
 SELECT * FROM {schema}.runs WHERE id = :run_id FOR NO KEY UPDATE;
 
@@ -347,7 +374,7 @@ WITH v AS (
     WHERE id = :run_id AND id IN (SELECT id FROM locked) AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating)
       AND (status <> 'canceled' OR :status = 'canceled')
-    RETURNING id, parent_run_id
+    RETURNING id, parent_run_id, awaited
 ), records AS (
     INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
         compensable, fence, worker_id, output, error, started_at, finished_at,
@@ -379,7 +406,7 @@ WITH v AS (
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
     UNION ALL SELECT pg_notify(:channel, 'wake:' || id) FROM parent WHERE wake_requested
-    UNION ALL SELECT pg_notify(:channel, 'ended:' || id) FROM done  -- for RunHandle.wait
+    UNION ALL SELECT pg_notify(:channel, 'ended:' || id) FROM done WHERE awaited  -- see await_runs
 )
 SELECT done.id, (SELECT count(*) FROM notified) AS notified,
     (SELECT count(*) FROM leftover) AS leftover, (SELECT count(*) FROM records) AS records
@@ -429,7 +456,7 @@ WITH e AS (
         finished_at = COALESCE(r.finished_at, now()), updated_at = now()
     FROM e JOIN mine ON mine.id = e.run_id AND mine.fence = e.fence
     WHERE r.id = e.run_id
-    RETURNING r.id, r.fence, r.parent_run_id
+    RETURNING r.id, r.fence, r.parent_run_id, r.awaited
 ), records AS (
     INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
         compensable, fence, worker_id, output, error, started_at, finished_at,
@@ -462,7 +489,7 @@ WITH e AS (
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
     UNION ALL SELECT pg_notify(:channel, 'wake:' || id) FROM parent WHERE wake_requested
-    UNION ALL SELECT pg_notify(:channel, 'ended:' || id) FROM done  -- for RunHandle.wait
+    UNION ALL SELECT pg_notify(:channel, 'ended:' || id) FROM done WHERE awaited  -- see await_runs
 )
 SELECT done.id, (SELECT count(*) FROM notified) AS notified,
     (SELECT count(*) FROM leftover) AS leftover, (SELECT count(*) FROM records) AS records

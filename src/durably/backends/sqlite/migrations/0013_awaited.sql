@@ -1,0 +1,4 @@
+-- Nothing to change here: the PostgreSQL twin adds runs.awaited, so that only the ends of
+-- runs someone waits for notify. SQLite tells every end to this process's waiters by a
+-- function call (`notify_local`), and other processes' by the `changed` check: a mark would
+-- be a write, under its one writer lock, for nothing.
