@@ -232,7 +232,8 @@ class Worker:
                 timeout, backoff = backoff, min(backoff * 2, 5.0)
                 self._hint = True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):  # no task of its own, as wait_for makes
+                    await self._wake.wait()
             if not self._wake.is_set():
                 self._hint = True  # the poll interval or a due time passed
 
