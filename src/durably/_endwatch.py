@@ -1,5 +1,6 @@
 """Waiting for runs to end (`RunHandle.wait`): woken by the end itself instead of polling
-the run's row, through one listening connection per app, however many wait.
+the run's row, through one listening connection per app, however many wait. Waiting for a
+run's event (`app.get_event`) goes through the same connection (`watching_events`).
 
 A waiter subscribes, marks its run awaited, then reads its run, then waits to be woken and
 reads it again. An end that commits after the mark is announced by the statement that ends
@@ -48,6 +49,7 @@ class EndWatch:
         self._db = db
         self._channel = channel
         self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._event_waiters: dict[str, set[asyncio.Event]] = {}
         self._marks = db.dialect == "postgresql"  # see the module's docstring
         self._unmarked: set[str] = set()  # to mark with the next statement, as one batch
         self._batch: asyncio.Future[set[str]] | None = None  # that batch's marked runs
@@ -58,6 +60,22 @@ class EndWatch:
         self._poller: asyncio.Task[None] | None = None
         self._checker: asyncio.Task[None] | None = None
         self._check_again = False
+
+    @contextlib.asynccontextmanager
+    async def watching_events(self, run_id: str) -> AsyncIterator[asyncio.Event]:
+        """Set when run `run_id` may have set an event (`app.get_event`), through the same
+        listening connection (an `event:<id>` message, or any the listener may have missed):
+        read the events after entering, and after each wake-up; clear it before waiting."""
+        changed = asyncio.Event()
+        self._event_waiters.setdefault(run_id, set()).add(changed)
+        try:
+            await self.listen()
+            yield changed
+        finally:
+            waiters = self._event_waiters.get(run_id, set())
+            waiters.discard(changed)
+            if not waiters:
+                self._event_waiters.pop(run_id, None)
 
     @contextlib.asynccontextmanager
     async def watching(self, run_id: str) -> AsyncIterator[Waiter]:
@@ -143,8 +161,14 @@ class EndWatch:
         kind, _, run_id = message.partition(":")
         if kind in ("ended", "cancel"):  # a cancel may end the run at once
             self._wake([run_id])
+        elif kind == "event":
+            for changed in self._event_waiters.get(run_id, ()):
+                changed.set()
         elif message in (LISTENING, "changed"):
             self._check_soon()
+            for waiters in self._event_waiters.values():  # each reads its run's events
+                for changed in waiters:
+                    changed.set()
 
     async def _poll(self) -> None:
         while True:

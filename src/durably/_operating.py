@@ -13,9 +13,9 @@ from ._errors import InvalidInput
 from ._models import TERMINAL, Run
 from ._operations import Operations, Signal
 from ._records import NewRun
-from .backends import LISTENING
 
 if TYPE_CHECKING:
+    from ._endwatch import EndWatch
     from ._store import Store
     from ._workflow import RunHandle, Workflow
 
@@ -24,6 +24,7 @@ class OperatingApi:
     """The operators' half of `Durably` (a mixin: `Durably` provides the rest)."""
 
     store: Store
+    end_watch: EndWatch
     workflows: dict[tuple[str, str], Workflow[Any, Any]]
     max_payload: int
 
@@ -113,16 +114,9 @@ class OperatingApi:
         if found:
             return value
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
-        changed = asyncio.Event()
-
-        def on_message(message: str) -> None:
-            if message in (f"event:{run_id}", "changed", LISTENING):
-                changed.set()
-
-        stop = await self.store.db.listen(on_message)
         loop = asyncio.get_running_loop()
         until = loop.time() + limit if limit is not None else None
-        try:
+        async with self.end_watch.watching_events(run_id) as changed:  # the app's listener
             while True:
                 found, value = await ops.get_event(run_id, key)
                 if found:
@@ -134,8 +128,6 @@ class OperatingApi:
                 # The fallback poll covers a lost LISTEN connection.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), min(left or 1.0, 1.0))
-        finally:
-            await stop()
 
     async def list_events(self, run_id: str) -> dict[str, Any]:
         """Every event key run `run_id` has set, with its latest value."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import psycopg
 import pytest
 
 from durably import Durably, RunNotFound, SignalNotFound
@@ -100,3 +101,42 @@ async def test_a_signal_sent_by_a_step_expires_too(db_url: str) -> None:
         assert lasting["name"] == "lasting" and lasting["expires_at"] is not None
         stale = await waiter.start("soon-stale")
         assert await stale.result(timeout=scaled(10)) is None  # expired: never delivered
+
+
+async def test_readers_waiting_for_events_share_the_apps_listening_connection(
+    pg_url: str,
+) -> None:
+    """Each `get_event` that had to wait opened a listening connection of its own: twenty
+    readers held twenty connections of the server's."""
+    name = "event-readers"
+    app = Durably(f"{pg_url}?application_name={name}")
+
+    @app.workflow(name="slow-progress", version="v1")
+    async def slow_progress(ctx: Any) -> str:
+        await ctx.step.wait_for_signal("go", timeout=duration(60))
+        await ctx.step.set_event("progress", {"done": 1})
+        return "ok"
+
+    async with app:
+        handle = await slow_progress.start()
+        readers = [
+            asyncio.create_task(app.get_event(handle.run_id, "progress", timeout=duration(30)))
+            for _ in range(20)
+        ]
+        await eventually(lambda: _listening(pg_url, name, 1), what="the readers to listen")
+        assert await _listening(pg_url, name, 1)
+        async with app.worker():
+            await app.send_signal("go")
+            assert await asyncio.gather(*readers) == [{"done": 1}] * 20
+            assert await handle.result(timeout=scaled(10)) == "ok"
+
+
+async def _listening(url: str, application_name: str, expected: int) -> bool:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+            " AND query LIKE 'LISTEN%%'",
+            (application_name,),
+        )
+        row = await cur.fetchone()
+    return row is not None and int(row[0]) == expected
