@@ -3,13 +3,13 @@ changes, each step attempt as it ends, each event as it is set (stdout keeps the
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import typer
 
 from .._app import Durably
+from .._endwatch import Waiter
 from .._models import Run
 
 POLL_S = 0.25
@@ -20,7 +20,13 @@ def _say(text: str) -> None:
 
 
 async def wait_with_progress(durably: Durably, run_id: str) -> Run:
-    """Poll the run until it is done, reporting what changed; the run."""
+    """Read the run every `POLL_S` until it is done, reporting what changed, and at once
+    when it ends (woken as `RunHandle.wait` is); the run."""
+    async with durably.end_watch.watching(run_id) as end:
+        return await _report(durably, run_id, end)
+
+
+async def _report(durably: Durably, run_id: str, end: Waiter) -> Run:
     status = ""
     ended: set[tuple[int, int]] = set()
     events: dict[str, Any] = {}
@@ -44,4 +50,4 @@ async def wait_with_progress(durably: Durably, run_id: str) -> Run:
                 _say(f"  event {name} = {json.dumps(value, default=str, sort_keys=True)[:200]}")
         if run.done:
             return run
-        await asyncio.sleep(POLL_S)
+        await end.wait(POLL_S)
