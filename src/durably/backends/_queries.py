@@ -3,6 +3,10 @@
 A file holds blocks that start with `-- name: NAME`; parameters are written `:name` and
 translated to the driver's style here, so the SQL files stay readable and alike. A block
 may carry a marker line for its connector (`-- plan: each call`, see `marked`).
+
+Migrations are ordered files `migrations/NNNN_*.sql`, run whole in a transaction, unless
+their first line is `-- durably: no transaction` (`outside_transaction`; PostgreSQL's
+`CREATE INDEX CONCURRENTLY` cannot run in one): then their statements run one by one.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import re
 from importlib import resources
 
 _HEADER = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_NO_TRANSACTION = "-- durably: no transaction"
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
 
@@ -46,3 +51,15 @@ def migrations(package: str) -> list[tuple[int, str, str]]:
         if entry.name.endswith(".sql"):
             found.append((int(entry.name.split("_", 1)[0]), entry.name, entry.read_text()))
     return sorted(found)
+
+
+def outside_transaction(migration: str) -> bool:
+    """Whether the SQL of a migration starts with the line `-- durably: no transaction`."""
+    return migration.split("\n", 1)[0].strip() == _NO_TRANSACTION
+
+
+def statements(migration: str) -> list[str]:
+    """The statements of a migration, split at each `;` that ends a line, without their
+    comment lines (a function body, whose own `;` would be split, has no place here)."""
+    text = "\n".join(line for line in migration.splitlines() if not line.startswith("--"))
+    return [s.strip().removesuffix(";") for s in f"{text}\n".split(";\n") if s.strip()]

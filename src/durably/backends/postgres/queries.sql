@@ -102,18 +102,18 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 
 -- name: claim
 -- The due runs of each (workflow, version) the worker serves, in its app's namespace,
--- oldest first, read from one range of runs_due per pair: runs of versions no worker here
--- serves, or of other namespaces, are never read. Each pair's candidates are locked as
--- they are read, passing over those another worker holds (so the next of that pair are
--- taken instead); the oldest :limit of them all are claimed (the few locked beyond are
--- free again when this statement ends).
+-- oldest first, read from one range of runs_due_in_namespace per pair: runs of versions
+-- no worker here serves, or of other namespaces, are never read. Each pair's candidates
+-- are locked as they are read, passing over those another worker holds (so the next of
+-- that pair are taken instead); the oldest :limit of them all are claimed (the few locked
+-- beyond are free again when this statement ends).
 -- Runs of a queue that no worker declares (`lapsed`: renamed or removed in a deploy) are
--- unqueued runs too, read from one range of runs_queued per pair and lapsed queue (none in
--- the common case: then nothing of runs_queued is read). The lapsed rows are locked FOR
--- SHARE, in name order: a worker declaring the queue (lock_queue, renew_queues) waits for
--- this claim to commit, so its next queued claim counts these runs; and a claim that waits
--- for a declaration in flight re-reads the row after it and passes over a queue that is
--- declared again. So no claim of a declared queue's run ever ignores its limits.
+-- unqueued runs too, read from one range of runs_queued_in_namespace per pair and lapsed
+-- queue (none in the common case: then nothing of it is read). The lapsed rows are locked
+-- FOR SHARE, in name order: a worker declaring the queue (lock_queue, renew_queues) waits
+-- for this claim to commit, so its next queued claim counts these runs; and a claim that
+-- waits for a declaration in flight re-reads the row after it and passes over a queue that
+-- is declared again. So no claim of a declared queue's run ever ignores its limits.
 -- A run the worker still executes (`:held`) is not claimed again: see below.
 -- The claim commits without waiting for its WAL flush (`synchronous_commit` off for this
 -- statement alone): about a third of a signal's wake-up was this flush. A crash may lose
@@ -187,9 +187,9 @@ SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned
 FROM claimed CROSS JOIN quick;
 
 -- name: next_due
--- When the unqueued claim may next find a run of the namespace: one look into runs_due
--- per served pair, and one into runs_queued per pair and queue no worker declares
--- (`lapsed`: its runs are unqueued runs, see claim). No pairs: one row, next_at NULL.
+-- When the unqueued claim may next find a run of the namespace: one look into
+-- runs_due_in_namespace per served pair, and one into runs_queued_in_namespace per pair
+-- and queue no worker declares (`lapsed`: its runs are unqueued runs, see claim). No pairs: one row, next_at NULL.
 WITH pairs AS (
     SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
         AS p(workflow, version)
@@ -943,7 +943,7 @@ FROM claimed;
 -- Declared queues the worker does not declare that hold due runs of its namespace of a
 -- pair it serves: a workflow moved to another queue while the old one is still declared by
 -- workers that do not serve it (or only by workers of other namespaces). One probe of
--- runs_queued per queue and pair (the queues are few).
+-- runs_queued_in_namespace per queue and pair (the queues are few).
 SELECT q.name FROM {schema}.queues q
 WHERE q.declared_until > now() AND q.name <> ALL(CAST(:mine AS text[]))
   AND EXISTS (

@@ -1,0 +1,49 @@
+"""A migration outside a transaction is run again from the top after a crash half-way:
+each of its statements must be a no-op once done. SQLite has no such migration."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from durably.backends import _queries
+
+_CONCURRENT = re.compile(r"\bCONCURRENTLY\b", re.IGNORECASE)
+_IDEMPOTENT = re.compile(
+    r"^(CREATE (UNIQUE )?INDEX CONCURRENTLY IF NOT EXISTS|DROP INDEX CONCURRENTLY IF EXISTS)\s",
+    re.IGNORECASE,
+)
+
+
+def _outside(package: str) -> list[tuple[str, str]]:
+    return [(name, text) for _, name, text in _queries.migrations(package)
+            if _queries.outside_transaction(text)]  # fmt: skip
+
+
+def test_postgres_builds_the_claim_indexes_outside_a_transaction() -> None:
+    names = [name for name, _ in _outside("durably.backends.postgres")]
+    assert names == ["0011_claim_by_namespace.sql"]
+
+
+@pytest.mark.parametrize("name, text", _outside("durably.backends.postgres"))
+def test_each_statement_outside_a_transaction_can_run_again(name: str, text: str) -> None:
+    for statement in _queries.statements(text):
+        assert _IDEMPOTENT.match(statement), f"{name}: {statement}"
+
+
+def test_postgres_builds_concurrently_only_outside_a_transaction() -> None:
+    for _, name, text in _queries.migrations("durably.backends.postgres"):
+        if not _queries.outside_transaction(text):
+            assert not _CONCURRENT.search(" ".join(_queries.statements(text))), name
+
+
+def test_sqlite_runs_every_migration_in_its_transaction() -> None:
+    assert _outside("durably.backends.sqlite") == []
+
+
+def test_statements_are_split_at_line_ends_without_comments() -> None:
+    text = "-- durably: no transaction\n-- why\nDROP INDEX a;\nCREATE INDEX b\n  ON t (x);\n"
+    assert _queries.outside_transaction(text)
+    assert _queries.statements(text) == ["DROP INDEX a", "CREATE INDEX b\n  ON t (x)"]
+    assert not _queries.outside_transaction("-- a comment\n-- durably: no transaction\n")
