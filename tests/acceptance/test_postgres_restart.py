@@ -132,3 +132,37 @@ async def test_after_a_restart_one_statement_fails_not_one_per_pooled_connection
             except DatabaseUnavailable:
                 failures += 1
         assert failures <= 1
+
+
+async def test_a_lost_connection_fails_its_statement_at_once_beside_a_silent_one(
+    cluster: pgcluster.Cluster,
+) -> None:
+    """The pools replace their idle connections when one is lost, without testing them: a
+    test waits on a connection that is silent (a frozen backend, a blackholed path), and the
+    failed statement's error waited with it, up to the TCP retransmission limit."""
+    with psycopg.connect(f"{cluster.url}/postgres", autocommit=True) as conn:
+        conn.execute("CREATE DATABASE app")
+    app = Durably(f"{cluster.url}/app")
+    app.workflow(name="noop")(_noop)
+    frozen: list[int] = []
+    async with app:
+        run_ids = [(await app.start("noop")).run_id for _ in range(4)]
+        idle: list[Any] = []
+        while len(idle) < 2:  # several pooled connections, idle
+            await asyncio.gather(*(app.get_run(r) for r in run_ids))
+            idle = list(app.connector._pools.engine._pool)  # type: ignore[attr-defined]
+        first, rest = idle[0], idle[1:]
+        try:
+            for conn in rest:
+                os.kill(conn.info.backend_pid, signal.SIGSTOP)
+                frozen.append(conn.info.backend_pid)
+            with psycopg.connect(f"{cluster.url}/postgres", autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (first.info.backend_pid,))
+            # The next statement takes the terminated connection (the pool hands out its
+            # oldest idle one first).
+            with pytest.raises(DatabaseUnavailable):
+                async with asyncio.timeout(scaled(10)):
+                    await app.get_run(run_ids[0])
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)

@@ -271,3 +271,31 @@ async def test_a_schema_migrated_under_a_running_worker_fails_nothing(pg_url: st
         assert [await h.result(timeout=scaled(10)) for h in handles] == [2, 3, 4, 5]
         assert (await app.get_run(handles[0].run_id)).status == "completed"
     assert sorted(seen) == [1, 2, 3, 4, 5]
+
+
+async def test_a_conflict_leaves_the_pools_alone(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lost connection has the pools replace their idle connections; a deadlock is no
+    sign of that (a pool test or drain per conflict came exactly when load was high)."""
+    app = Durably(pg_url)
+    real = PgTx._fetch
+    failures = [1]
+    drains: list[object] = []
+    real_drain = psycopg_pool.AsyncConnectionPool.drain
+
+    async def conflicted(self: PgTx, query: str, params: dict[str, Any]) -> Any:
+        if query == "get_run" and failures[0] > 0:
+            failures[0] -= 1
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        return await real(self, query, params)
+
+    async def counted(self: Any) -> None:
+        drains.append(self)
+        await real_drain(self)
+
+    async with app:
+        monkeypatch.setattr(PgTx, "_fetch", conflicted)
+        monkeypatch.setattr(psycopg_pool.AsyncConnectionPool, "drain", counted)
+        assert await app.store.db.fetch("get_run", run_id="none") == []
+    assert failures == [0] and drains == []

@@ -34,7 +34,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import set_json_loads
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ..._errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable
 from .. import _queries
@@ -115,6 +115,17 @@ def classify(exc: psycopg.Error) -> Exception:
     ):
         return DatabaseUnavailable(f"PostgreSQL is unavailable: {_text(exc)}")
     return exc
+
+
+def _connection_lost(exc: psycopg.Error) -> bool:
+    """The connection failed (closed by the server, reset, refused), not the statement on
+    it: not a conflict, not a pool with no connection to give (`PoolTimeout`)."""
+    state = exc.sqlstate or ""
+    return (
+        isinstance(exc, psycopg.OperationalError)
+        and not isinstance(exc, PoolTimeout)
+        and (not state or state.startswith(("08", "57P0")))
+    )
 
 
 def _stale_statement(exc: psycopg.Error) -> bool:
@@ -420,13 +431,14 @@ class PostgresConnector:
                 with contextlib.suppress(psycopg.Error):  # one in use: closed when back
                     await pool.drain()
             raise DatabaseConflict(f"the schema changed under a statement: {_text(exc)}") from exc
-        if isinstance(classify(exc), DatabaseUnavailable) and self._pools is not None:
-            # A connection lost, most likely with every idle one (a server restart): each
-            # would fail one statement of the engine's, and a run whose write fails is left
-            # to be claimed again, a lease later. They are tested and replaced now.
+        if _connection_lost(exc) and self._pools is not None:
+            # Most likely with every idle one (a server restart): each would fail one
+            # statement of the engine's, and a run whose write fails is left to be claimed
+            # again, a lease later. They are closed and replaced now, without a round trip
+            # (a test of each would wait on any that is silent), before the error is raised.
             for pool in self._pools.all():
                 with contextlib.suppress(psycopg.Error):
-                    await pool.check()
+                    await pool.drain()
         _raise_classified(exc)
 
     async def _ensure_pools(self) -> _Pools:
