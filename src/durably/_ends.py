@@ -102,7 +102,17 @@ class RunEnds:
         too, so the wait running again receives it. Committed with the retry or not at all,
         each is given back exactly once.
         """
+        # The run is locked before its attempts, as a send and a cancel lock them: the
+        # retry and an addressed send deadlocked, and a retry that lost left its run to be
+        # claimed a lease later. Aborted all the same (by another order), it is run again.
+        await self.db.retrying(lambda: self._retry_run(lease, error, delay_s, resumes),
+                               "retry_run")  # fmt: skip
+
+    async def _retry_run(
+        self, lease: Lease, error: dict[str, Any], delay_s: float, resumes: Iterable[int]
+    ) -> None:
         async with self.db.transaction() as tx:
+            await tx.send("get_run_for_update", run_id=lease.run_id)
             entries = await tx.fetch("log_rows", run_id=lease.run_id)
             for wait in (r for r in map(Recorded.from_entry, entries) if r.waiting):
                 await tx.send(

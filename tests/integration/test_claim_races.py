@@ -19,9 +19,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from durably import Durably
+from durably import Durably, RetryPolicy, StepContext
 from durably._records import Lease, PendingStep
 from tests.helpers import duration, eventually, scaled
+from tests.integration.test_signals_between_attempts import (
+    _HOLD_WAIT_END,
+    _wait_running,
+    _waiting,
+)
 
 RUNS = 6
 
@@ -161,3 +166,47 @@ def _apps(url: str, fn: Any) -> tuple[Durably, Durably]:
 async def _lapsed(app: Durably, run_id: str) -> bool:
     run = await app.get_run(run_id)
     return run.available_at is not None and run.available_at <= datetime.now(UTC)
+
+
+async def test_an_addressed_send_as_a_workflow_retry_ends_its_waits_does_not_deadlock(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A workflow retry ends the failed attempt's waits, then updates the run; an addressed
+    send locked the run, then a wait: each waited for the other (review). The retry's
+    transaction is held, once it has ended the wait, by a trigger waiting for a lock the
+    test holds, until the send waits too."""
+    app = Durably(pg_url)
+    calls: list[int] = []
+
+    async def fails_once(ctx: StepContext) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            await eventually(lambda: _wait_running(app, ctx.fence.run_id), what="the wait")
+            raise RuntimeError("down")
+
+    @app.workflow(
+        name="fails", version="v1", retry=RetryPolicy(max_attempts=2, initial_interval="10ms")
+    )
+    async def fails(ctx: Any) -> Any:
+        go = ctx.step.wait_for_signal("go", timeout=duration(60))
+        await ctx.step.run("fails-once", fails_once, retry=RetryPolicy(max_attempts=1))
+        return await go
+
+    caplog.set_level(logging.INFO)
+    async with app, await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        handle = await fails.start()
+        await conn.execute(_HOLD_WAIT_END)
+        await conn.execute("SELECT pg_advisory_lock(8128, 1)")
+        async with app.worker():
+            await eventually(lambda: _waiting(conn, "advisory"), what="the wait's end")
+            send = asyncio.create_task(app.send_signal("go", "y", run_id=handle.run_id))
+            await eventually(lambda: _send_waits(conn), what="the send to wait")
+            await conn.execute("SELECT pg_advisory_unlock(8128, 1)")
+            await send
+            assert await handle.result(timeout=scaled(10)) == "y"
+    aborted = [r.getMessage() for r in caplog.records if "deadlock" in r.getMessage()]
+    assert aborted == []
+
+
+async def _send_waits(conn: psycopg.AsyncConnection[Any]) -> bool:
+    return await _waiting(conn, "SELECT * FROM") or await _waiting(conn, "WITH targets AS")

@@ -595,7 +595,7 @@ WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency
 WITH targets AS (
     -- Every run waiting on the name, or the one addressed: two branches, one of which
     -- reads nothing, so that one generic plan reads by name or by run as each call needs.
-    SELECT DISTINCT ON (w.run_id) w.id
+    SELECT DISTINCT ON (w.run_id) w.id, w.run_id
     FROM (
         SELECT a.id, a.run_id, a.position FROM {schema}.step_attempts a
         WHERE CAST(:run_id AS text) IS NULL AND a.signal = :name
@@ -611,6 +611,13 @@ WITH targets AS (
         OFFSET 0
     ) r
     ORDER BY w.run_id, w.position
+), locked AS MATERIALIZED (
+    -- Their runs, locked first and in id order: every statement that locks a run and its
+    -- attempts (a cancel, a run's end, a workflow retry) locks the run first.
+    SELECT r.id FROM {schema}.runs r
+    WHERE r.id = ANY(ARRAY(SELECT run_id FROM targets))  -- looked up (see claim)
+    ORDER BY r.id
+    FOR NO KEY UPDATE
 ), waits AS (
     -- A wait read as running may be ending meanwhile (its run's end, a cancel, its workflow
     -- attempt's end: none takes the name's lock). The UPDATE waits for that to commit and
@@ -618,6 +625,7 @@ WITH targets AS (
     -- so the signal goes to the other waits or to the buffer, never into a wait nobody reads.
     UPDATE {schema}.step_attempts a SET output = CAST(:data AS jsonb), delivered_at = now()
     WHERE a.id = ANY(ARRAY(SELECT id FROM targets))  -- looked up (see claim)
+      AND a.run_id IN (SELECT id FROM locked)
       AND a.status = 'running' AND a.delivered_at IS NULL
     RETURNING a.run_id
 ), woke AS (
