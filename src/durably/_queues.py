@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -150,7 +151,7 @@ class QueueClaims:
 
     async def claim(
         self, queue: str, worker_id: str, pairs: list[tuple[str, str]], limit: int,
-        lease_s: float, per_key: bool = True,
+        lease_s: float, per_key: bool = True, held: Sequence[str] = (),
     ) -> list[Row]:  # fmt: skip
         """Claim up to `limit` runs of the namespace in `queue` within its limits (several
         round trips on PostgreSQL: the lock and the claim are statements of their own, so
@@ -164,6 +165,7 @@ class QueueClaims:
             "limit": limit,
             "scan": max(4 * limit, 32) if per_key else limit,
             "lease": lease_s, "token": uuid.uuid4().hex, "channel": self.channel,
+            "held": list(held),  # runs the worker still executes (see `Store.claim`)
         }  # fmt: skip
         async with self.db.transaction() as tx:
             if not await tx.fetch("lock_queue", queue=queue, ttl=lease_s):
@@ -287,7 +289,7 @@ class Claimer:
         # queue it was started in, and a workflow moved to another queue (or to none) while
         # this one is still declared leaves its runs here.
         got = await self.queues.claim(source, self.worker_id, self._pairs(), want,
-                                      self.lease_s, per_key)  # fmt: skip
+                                      self.lease_s, per_key, self._held)  # fmt: skip
         if 0 < len(got) < want:
             self._saturated.add(source)
         else:  # all it was asked for, or nothing: none left due (or taken elsewhere)

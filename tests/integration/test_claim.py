@@ -4,9 +4,12 @@ whatever backlog of other versions lies ahead of them, and only runs of its app'
 from __future__ import annotations
 
 import random
+import sqlite3
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from durably import Durably, Workflow
@@ -115,3 +118,36 @@ async def test_a_worker_claims_the_runs_of_its_own_namespace_only(db_url: str, q
             assert await theirs.result(timeout=scaled(10)) == "prod"
         steps = await prod.list_steps(theirs.run_id)
         assert [(s.step, s.status, s.worker_id) for s in steps] == [("who", "completed", "prod-w")]
+
+
+async def test_a_queue_claim_passes_over_a_run_the_worker_still_executes(db_url: str) -> None:
+    """A run of a lapsed queue is taken by the unqueued claim; a crash loses that claim
+    (PostgreSQL commits it without waiting for its flush; put back by hand here) while its
+    execution runs on. Its queue declared again, the queue's claim must pass over it too:
+    given back to the same worker with the same fence, two executions would hold one lease
+    (review)."""
+    app = Durably(db_url)
+    q = app.queue("q")
+    app.workflow(name="job", version="v1", queue=q)(_noop)
+    async with app:
+        run_id = (await app.workflows[("job", "v1")].start()).run_id
+        [row] = await app.store.claim("w", [("job", "v1")], 1, 30.0)  # "q": nobody declares it
+        assert (row["id"], row["fence"]) == (run_id, 1)
+        _lose_claim(db_url, run_id)
+        await QueueClaims(app.store).declare([q], 60.0)
+        assert await Claimer(app, "w", 30.0).claim(10, [run_id]) == []
+        [(row, _)] = await Claimer(app, "w", 30.0).claim(10, [])
+        assert (row["id"], row["fence"]) == (run_id, 1)
+
+
+def _lose_claim(db_url: str, run_id: str) -> None:
+    """The run as it was before its claim: a crash lost it."""
+    back = ("SET fence = fence - 1, worker_id = NULL, status = 'pending',"
+            " lease_expires_at = NULL, available_at = {now} WHERE id = {arg}")  # fmt: skip
+    if db_url.startswith("sqlite"):
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            conn.execute("UPDATE durably_runs " + back.format(now="?", arg="?"),
+                         (time.time(), run_id))  # fmt: skip
+    else:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("UPDATE durably.runs " + back.format(now="now()", arg="%s"), (run_id,))

@@ -883,7 +883,7 @@ WITH q AS (
         FROM {schema}.runs r
         WHERE room.slots > 0 AND r.namespace = :namespace AND r.workflow = p.workflow
           AND r.version = p.version AND r.queue IS NOT NULL AND r.queue = :queue
-          AND r.available_at <= now()
+          AND r.available_at <= now() AND r.id <> ALL(CAST(:held AS text[]))  -- see claim
           AND r.status IN ('pending', 'waiting')
           AND (room.per_key IS NULL OR r.concurrency_key IS NULL
                OR COALESCE((SELECT n FROM busy WHERE k = r.concurrency_key), 0) < room.per_key)
@@ -897,7 +897,7 @@ WITH q AS (
     SELECT r.id, r.priority, r.available_at, r.concurrency_key
     FROM {schema}.runs r
     WHERE r.queue = :queue AND r.status IN ('running', 'canceled') AND r.available_at <= now()
-      AND r.namespace = :namespace
+      AND r.namespace = :namespace AND r.id <> ALL(CAST(:held AS text[]))
       AND (r.workflow, r.version) IN (SELECT * FROM unnest(CAST(:workflows AS text[]),
                                                           CAST(:versions AS text[])))
     LIMIT :scan

@@ -607,6 +607,7 @@ WHERE id IN (
             WHERE x.namespace = :namespace AND x.workflow = w.value AND x.version = v.value
               AND x.queue IS NOT NULL AND x.queue = :queue AND x.available_at <= now()
               AND x.status IN ('pending', 'waiting')
+              AND x.id NOT IN (SELECT value FROM json_each(:held))  -- still executing here
               AND ((SELECT per_key FROM room) IS NULL OR x.concurrency_key IS NULL
                    OR coalesce((SELECT n FROM busy WHERE k = x.concurrency_key), 0)
                       < (SELECT per_key FROM room))
@@ -618,7 +619,7 @@ WHERE id IN (
         FROM {schema}_runs r
         WHERE r.queue = :queue AND r.status IN ('running', 'canceled')
           AND +r.available_at <= now()  -- '+': read the queue's few, not every due run
-          AND r.namespace = :namespace
+          AND r.namespace = :namespace AND r.id NOT IN (SELECT value FROM json_each(:held))
           AND EXISTS (SELECT 1 FROM json_each(:workflows) w JOIN json_each(:versions) v
                       ON w.key = v.key WHERE w.value = r.workflow AND v.value = r.version)
     ), keyed AS (
