@@ -257,7 +257,11 @@ class Store(RunEnds, GiveBacks):
         found, nor one the lease was lost since. SQLite's claim is durable as it commits."""
         if self.db.dialect == "sqlite":
             return set(fences)
-        return set(await self.heartbeat(worker_id, fences, lease_s))
+        rows = await self.db.fetch(
+            "confirm_claims", worker_id=worker_id, ids=list(fences),
+            fences=list(fences.values()), lease=lease_s,
+        )  # fmt: skip
+        return {row["id"] for row in rows}
 
     async def next_due(self, pairs: list[tuple[str, str]]) -> tuple[datetime | None, datetime]:
         rows = await self.db.fetch(

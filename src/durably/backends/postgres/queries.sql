@@ -225,6 +225,28 @@ UPDATE {schema}.runs r SET
 FROM held WHERE r.id = held.id
 RETURNING r.id, r.status, r.wake_requested;
 
+-- name: confirm_claims
+-- A heartbeat of runs just claimed (see claim), on the engine's connections (not the one
+-- kept for lease renewals): its commit flushes the WAL through their claim, even where
+-- the server's default is not to wait (`synchronous_commit` on for it), so that their fence
+-- may leave the engine. The ids still held.
+WITH sync AS MATERIALIZED (
+    SELECT set_config('synchronous_commit', 'on', true)
+), held AS (
+    SELECT r.id FROM {schema}.runs r
+    JOIN unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS h(id, fence)
+      ON r.id = h.id AND r.fence = h.fence
+    WHERE r.worker_id = :worker_id AND r.lease_expires_at > now()
+      AND (r.status = 'running' OR r.compensating)
+    ORDER BY r.id
+    FOR NO KEY UPDATE
+)
+UPDATE {schema}.runs r SET
+    lease_expires_at = now() + :lease * interval '1 second',
+    available_at = now() + :lease * interval '1 second'
+FROM held CROSS JOIN sync WHERE r.id = held.id
+RETURNING r.id;
+
 -- name: check_lease
 SELECT now() AS db_now FROM {schema}.runs
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
