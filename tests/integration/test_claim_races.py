@@ -113,10 +113,14 @@ async def _claim_blocked(url: str) -> bool:
         return row is not None and row[0] > 0
 
 
-async def test_a_record_committed_while_the_claim_is_under_way_is_replayed(pg_url: str) -> None:
-    """The run's previous holder writes its last step's record while its lease still
-    holds and commits it just after the lease ran out, as the next claim is under way: the
-    step completed, and must not run again."""
+@pytest.mark.parametrize("written", ["record", "start"])
+async def test_what_the_previous_holder_commits_while_the_claim_is_under_way_is_seen(
+    pg_url: str, written: str
+) -> None:
+    """The run's previous holder writes while its lease still holds and commits just after
+    the lease ran out, as the next claim is under way. Its step's record: the step
+    completed, and must not run again. Its attempt's start: the attempt is abandoned, as
+    the claim abandons the others, not left `running` beside the next one (review)."""
     ran: list[int] = []
 
     async def once(k: int) -> int:
@@ -133,9 +137,12 @@ async def test_a_record_committed_while_the_claim_is_under_way_is_replayed(pg_ur
         [row] = await store.claim("old", [("flow", "v1")], 1, scaled(1))
         lease = Lease(row["id"], row["fence"], "old", row["attempts"])
         record = PendingStep(1, 1, "once", "function", "completed", output_json="1", seq=1)
-        async with store.db.transaction() as tx:  # the old holder's record, not committed
-            batch = f"[{record.batch_entry(lease)}]"
-            assert await tx.fetch("record_many", worker_id="old", batch=batch)
+        async with store.db.transaction() as tx:  # the old holder's write, not committed
+            if written == "record":
+                batch = f"[{record.batch_entry(lease)}]"
+                assert await tx.fetch("record_many", worker_id="old", batch=batch)
+            else:
+                await store.record_start(lease, 1, 1, "once", "function", tx=tx)
             await eventually(lambda: _lapsed(starter, handle.run_id), what="the lease to end")
             await holder.execute("SELECT 1 FROM durably.queues WHERE name = 'nobody' FOR UPDATE")
             worker = worker_app.worker()
@@ -145,12 +152,16 @@ async def test_a_record_committed_while_the_claim_is_under_way_is_replayed(pg_ur
             except BaseException:
                 await worker.__aexit__(None, None, None)
                 raise
-        try:  # the record is committed; the claim goes on
+        try:  # the write is committed; the claim goes on
             await holder.rollback()
             assert await handle.result(timeout=scaled(10)) == 1
         finally:
             await worker.__aexit__(None, None, None)
-    assert ran == []
+        attempts = [(s.attempt, s.status) for s in await starter.list_steps(handle.run_id)]
+    if written == "record":
+        assert ran == [] and attempts == [(1, "completed")]
+    else:
+        assert ran == [1] and attempts == [(1, "abandoned"), (2, "completed")]
 
 
 def _apps(url: str, fn: Any) -> tuple[Durably, Durably]:

@@ -124,9 +124,10 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 -- must never hold the same (fence, worker): the lost claim's execution still runs, so its
 -- worker passes over the run until it has ended. Every other write under the lease waits
 -- for its own flush, which is later in the WAL than the claim's.
--- Each run's history is read once the run is locked, by a function (0012): the statement's
--- own snapshot is older than its locks, and would miss what was committed for the run in
--- between (a signal, the previous holder's last record).
+-- Each run's history is read once the run is locked, by a function (0012) that also marks
+-- the previous holder's attempts still running abandoned: the statement's own snapshot is
+-- older than its locks, and would miss what was committed for the run in between (a
+-- signal, the previous holder's last record or last attempt begun).
 WITH quick AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ), lapsed AS MATERIALIZED (
@@ -176,13 +177,8 @@ WITH quick AS MATERIALIZED (
     -- a LIMIT it cannot see in a generic plan), the runs are looked up, never all read.
     WHERE r.id = ANY(ARRAY(SELECT id FROM due))
     RETURNING r.*
-), abandoned AS (
-    UPDATE {schema}.step_attempts a SET status = 'abandoned', finished_at = now()
-    FROM claimed
-    WHERE a.run_id = claimed.id AND a.status = 'running' AND a.kind IN ('function', 'transaction')
-    RETURNING a.id
 )
-SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned,
+SELECT claimed.*, now() AS db_now,
     {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
 FROM claimed CROSS JOIN quick;
 
@@ -956,16 +952,10 @@ WITH q AS (
         updated_at = now()
     WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE n <= :limit))  -- looked up (see claim)
     RETURNING r.*
-), abandoned AS (
-    UPDATE {schema}.step_attempts a SET status = 'abandoned', finished_at = now()
-    FROM claimed
-    WHERE a.run_id = claimed.id AND a.status = 'running' AND a.kind IN ('function', 'transaction')
-    RETURNING a.id
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM due WHERE n > :limit LIMIT 1) AS x
 )
-SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM abandoned) AS abandoned,
-    (SELECT count(*) FROM notified) AS notified,
+SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM notified) AS notified,
     {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
 FROM claimed;
 
