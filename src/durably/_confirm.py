@@ -31,8 +31,10 @@ class ClaimConfirmation:
     async def confirm(self, run_id: str) -> None:
         """Return once `run_id`'s claim is durable; LeaseLostError if the run is not held
         (a crash lost the claim, or the lease was lost since)."""
-        failed = self._held is not None and self._held.done() and (
-            self._held.cancelled() or self._held.exception() is not None
+        failed = (
+            self._held is not None
+            and self._held.done()
+            and (self._held.cancelled() or self._held.exception() is not None)
         )
         if self._held is None or failed:
             # One statement for the batch; tried again by the next body if it failed.

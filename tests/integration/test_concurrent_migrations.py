@@ -161,3 +161,30 @@ async def test_concurrent_migrators_of_a_new_database_wait_for_each_other(pg_url
     assert sorted(results, key=len) == [[], [], names]
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         assert await _indexes(conn) == dict.fromkeys(NEW, True)
+
+
+async def test_an_older_releases_migrator_is_not_held_up_by_the_build(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous release's migrator (as a worker of it starts during the deploy) takes
+    the schema's lock in its transaction and waits there, with a snapshot; the build waits
+    for every older snapshot. Held through the build, the lock made the two deadlock: the
+    old worker failed to start, or the build was thrown away (review). The old migrator
+    now gets it at once, finds nothing it knows to apply, and ends."""
+    await _at_0010_with_runs(pg_url, monkeypatch)
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as writer:
+        await writer.execute("BEGIN")
+        await writer.execute("UPDATE durably.runs SET updated_at = now() WHERE id = 'r1'")
+        migrating = asyncio.create_task(Durably(pg_url).connector.migrate())
+        await eventually(lambda: _migrator_waiting(pg_url), what="the build to wait")
+        async with (  # what migrate() of the previous release does
+            await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as old,
+            asyncio.timeout(scaled(10)),
+            old.transaction(),
+        ):
+            await old.execute("SELECT pg_advisory_xact_lock(hashtext('durably:durably'))")
+            assert await _one(old, "SELECT max(version) FROM durably.migrations") == 10
+        await writer.execute("COMMIT")
+    assert await migrating == ["0011_claim_by_namespace.sql"]
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        assert await _indexes(conn) == dict.fromkeys(NEW, True)

@@ -261,6 +261,7 @@ class PostgresConnector:
         async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
             await self._lock_migrations(conn)  # released as the connection closes
             async with conn.transaction():
+                await self._exclude_older_releases(conn)
                 await self._short_lock_waits(conn)
                 await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
                 await conn.execute(
@@ -285,19 +286,29 @@ class PostgresConnector:
                 while pending and not _queries.outside_transaction(pending[0][2]):
                     batch.append(pending.pop(0))
                 async with conn.transaction():
+                    await self._exclude_older_releases(conn)
                     await self._short_lock_waits(conn)
+                    cur = await conn.execute(
+                        sql.SQL("SELECT version FROM {}.migrations").format(schema)
+                    )
+                    done = {row[0] for row in await cur.fetchall()}  # an older release's too
+                    batch = [m for m in batch if m[0] not in done]
                     for version, name, text in batch:
                         await conn.execute(sql.SQL(text).format(schema=schema))
                         await self._record(conn, version, name)
                 applied.extend(name for _, name, _ in batch)
 
     async def _lock_migrations(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Take the schema's migration lock for the session: the key an older release
-        takes for its migration's transaction (`pg_advisory_xact_lock`), so the two exclude
-        each other. Tried again and again, not waited for: a statement waiting for it
-        holds a snapshot, and a concurrent index build by the holder waits for every older
-        snapshot to end; the server would abort one of the two as a deadlock."""
-        key = f"durably:{self.schema}"
+        """Take the schema's migration lock for the session, against the migrators of this
+        release. Tried again and again, not waited for: a statement waiting for it holds a
+        snapshot, and a concurrent index build by the holder waits for every older snapshot
+        to end; the server would abort one of the two as a deadlock.
+
+        Not the key an older release takes (in its migration's transaction, waiting there):
+        that one is taken only by this release's transactions (`_exclude_older_releases`),
+        never held through a concurrent build, which an older migrator waiting for it would
+        have deadlocked (review: either it failed to start, or the build was thrown away)."""
+        key = f"durably-migrate:{self.schema}"
         told = False
         while True:
             cur = await conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
@@ -308,6 +319,13 @@ class PostgresConnector:
                 log.info("migrating: waiting for another migration of schema %r", self.schema)
                 told = True
             await asyncio.sleep(random.uniform(0.05, 0.25))
+
+    async def _exclude_older_releases(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """In a transaction of the migration: the lock an older release's migrator takes
+        for its transaction, until this one ends (it applies nothing this one applies, and
+        re-reads what is applied once it has the lock)."""
+        key = f"durably:{self.schema}"
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
 
     async def _short_lock_waits(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute(f"SET LOCAL lock_timeout = '{MIGRATION_LOCK_S * 1000:g}ms'")
