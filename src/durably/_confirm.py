@@ -17,7 +17,7 @@ from ._store import Store
 
 
 class ClaimConfirmation:
-    """The durability of one claim statement's runs, asked for at most once."""
+    """The durability of one claim statement's runs, asked for once (again if that failed)."""
 
     def __init__(
         self, store: Store, worker_id: str, fences: dict[str, int], lease_s: float
@@ -37,11 +37,17 @@ class ClaimConfirmation:
             and (self._held.cancelled() or self._held.exception() is not None)
         )
         if self._held is None or failed:
-            # One statement for the batch; tried again by the next body if it failed.
+            # One statement for the batch; tried again by the next body if it failed, for
+            # the runs still executed then (it renews their leases).
             self._held = asyncio.get_running_loop().create_task(
-                self._store.confirm_claims(self._worker_id, self._fences, self._lease_s)
+                self._store.confirm_claims(self._worker_id, dict(self._fences), self._lease_s)
             )
         # Shielded: one body's lifecycle cancelled does not cancel its siblings' answer.
         held = await asyncio.shield(self._held)
         if run_id not in held:
             raise LeaseLostError(f"lost the lease on run {run_id}: its claim is not held")
+
+    def forget(self, run_id: str) -> None:
+        """Run `run_id`'s execution has ended: leave its lease alone from now on (let go
+        after a failed write, it is to lapse and be claimed again)."""
+        self._fences.pop(run_id, None)

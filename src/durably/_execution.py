@@ -214,6 +214,8 @@ class Execution(RunLog, LiveWaits, Lifecycles):
                 await self.store.finish_run(self.lease, "failed", None, describe(exc))
         finally:
             self.concluded = True
+            if self._confirm is not None:  # a confirmation asked again renews it no more
+                self._confirm.forget(self.run_id)
             self.interrupt_bodies()
             for cmd in self.commands.values():  # a parked run holds no timer (nor memory)
                 if cmd.timer is not None:
