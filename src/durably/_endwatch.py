@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from .backends import LISTENING, Connector
 
@@ -66,32 +66,18 @@ class EndWatch:
         """Set when run `run_id` may have set an event (`app.get_event`), through the same
         listening connection (an `event:<id>` message, or any the listener may have missed):
         read the events after entering, and after each wake-up; clear it before waiting."""
-        changed = asyncio.Event()
-        self._event_waiters.setdefault(run_id, set()).add(changed)
-        try:
+        with _subscribed(self._event_waiters, run_id) as changed:
             await self.listen()
             yield changed
-        finally:
-            waiters = self._event_waiters.get(run_id, set())
-            waiters.discard(changed)
-            if not waiters:
-                self._event_waiters.pop(run_id, None)
 
     @contextlib.asynccontextmanager
     async def watching(self, run_id: str) -> AsyncIterator[Waiter]:
         """Subscribed to run `run_id`'s end: read the run after entering, not before."""
-        woken = asyncio.Event()
-        self._waiters.setdefault(run_id, set()).add(woken)
-        try:
+        with _subscribed(self._waiters, run_id) as woken:
             await self.listen()
             waiter = Waiter(self, run_id, woken)
             await waiter.mark()
             yield waiter
-        finally:
-            waiters = self._waiters.get(run_id, set())
-            waiters.discard(woken)
-            if not waiters:
-                self._waiters.pop(run_id, None)
 
     async def close(self) -> None:
         """Stop listening. A waiter still waiting reads its run again, and listens anew
@@ -201,6 +187,20 @@ class EndWatch:
         for run_id in run_ids:
             for woken in self._waiters.get(run_id, ()):
                 woken.set()
+
+
+@contextlib.contextmanager
+def _subscribed(waiters: dict[str, set[asyncio.Event]], run_id: str) -> Iterator[asyncio.Event]:
+    """An event of `run_id`'s among `waiters`, for as long as the block lasts."""
+    event = asyncio.Event()
+    waiters.setdefault(run_id, set()).add(event)
+    try:
+        yield event
+    finally:
+        mine = waiters.get(run_id, set())
+        mine.discard(event)
+        if not mine:
+            waiters.pop(run_id, None)
 
 
 class Waiter:

@@ -38,9 +38,7 @@ def cluster() -> Iterator[pgcluster.Cluster]:
 def test_worker_survives_a_postgres_restart(
     cluster: pgcluster.Cluster, tmp_path: Path, processes: Processes
 ) -> None:
-    with psycopg.connect(f"{cluster.url}/postgres", autocommit=True) as conn:
-        conn.execute("CREATE DATABASE app")
-    url = f"{cluster.url}/app"
+    url = _database(cluster)
     seed.setup_business_tables(url)
     procs = Procs(url, tmp_path, processes)
     procs.cli("migrate")
@@ -62,6 +60,16 @@ def test_worker_survives_a_postgres_restart(
         app.sync.close()
 
 
+def _database(cluster: pgcluster.Cluster, *settings: str) -> str:
+    """The URL of a new database "app" on the cluster, with `settings` (`ALTER SYSTEM`)."""
+    with psycopg.connect(f"{cluster.url}/postgres", autocommit=True) as conn:
+        conn.execute("CREATE DATABASE app")
+        for setting in settings:
+            conn.execute(f"ALTER SYSTEM SET {setting}")
+        conn.execute("SELECT pg_reload_conf()")
+    return f"{cluster.url}/app"
+
+
 async def _noop(ctx: Any) -> None:
     return None
 
@@ -81,11 +89,7 @@ def test_a_claim_lost_in_a_crash_never_hands_out_its_fence(
     The body hands its fence out and freezes its worker on the spot (SIGSTOP), before the
     worker writes anything more; PostgreSQL is then killed (immediate shutdown, with the
     WAL writer held back so that nothing else flushes the claim) and started again."""
-    with psycopg.connect(f"{cluster.url}/postgres", autocommit=True) as conn:
-        conn.execute("CREATE DATABASE app")
-        conn.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
-        conn.execute("SELECT pg_reload_conf()")
-    url = f"{cluster.url}/app"
+    url = _database(cluster, "wal_writer_delay = '10s'")
     ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
     seed.setup_business_tables(ledger_url)
     procs = Procs(url, tmp_path, processes)
@@ -116,9 +120,7 @@ async def test_after_a_restart_one_statement_fails_not_one_per_pooled_connection
     """A server restart breaks every pooled connection. Each broken one used to fail one
     statement of the engine's as it came out of the pool; a run whose record write fails
     is left to be claimed again a lease later, so a restart cost several runs a lease."""
-    with psycopg.connect(f"{cluster.url}/postgres", autocommit=True) as conn:
-        conn.execute("CREATE DATABASE app")
-    app = Durably(f"{cluster.url}/app")
+    app = Durably(_database(cluster))
     app.workflow(name="noop")(_noop)
     async with app:
         run_ids = [(await app.start("noop")).run_id for _ in range(8)]
@@ -140,9 +142,7 @@ async def test_a_lost_connection_fails_its_statement_at_once_beside_a_silent_one
     """The pools replace their idle connections when one is lost, without testing them: a
     test waits on a connection that is silent (a frozen backend, a blackholed path), and the
     failed statement's error waited with it, up to the TCP retransmission limit."""
-    with psycopg.connect(f"{cluster.url}/postgres", autocommit=True) as conn:
-        conn.execute("CREATE DATABASE app")
-    app = Durably(f"{cluster.url}/app")
+    app = Durably(_database(cluster))
     app.workflow(name="noop")(_noop)
     frozen: list[int] = []
     async with app:

@@ -19,13 +19,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from durably import Durably, RetryPolicy, StepContext
+from durably import Durably
 from durably._records import Lease, PendingStep
 from tests.helpers import duration, eventually, scaled
 from tests.integration.test_signals_between_attempts import (
     _HOLD_WAIT_END,
-    _wait_running,
     _waiting,
+    retried_beside_a_wait,
 )
 
 RUNS = 6
@@ -187,21 +187,7 @@ async def test_an_addressed_send_as_a_workflow_retry_ends_its_waits_does_not_dea
     transaction is held, once it has ended the wait, by a trigger waiting for a lock the
     test holds, until the send waits too."""
     app = Durably(pg_url)
-    calls: list[int] = []
-
-    async def fails_once(ctx: StepContext) -> None:
-        calls.append(1)
-        if len(calls) == 1:
-            await eventually(lambda: _wait_running(app, ctx.fence.run_id), what="the wait")
-            raise RuntimeError("down")
-
-    @app.workflow(
-        name="fails", version="v1", retry=RetryPolicy(max_attempts=2, initial_interval="10ms")
-    )
-    async def fails(ctx: Any) -> Any:
-        go = ctx.step.wait_for_signal("go", timeout=duration(60))
-        await ctx.step.run("fails-once", fails_once, retry=RetryPolicy(max_attempts=1))
-        return await go
+    fails = retried_beside_a_wait(app, duration(60))
 
     caplog.set_level(logging.INFO)
     async with app, await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:

@@ -5,6 +5,8 @@ repaired by migrating again, and concurrent migrators wait for each other's buil
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
@@ -66,6 +68,20 @@ async def _migrator_waiting(url: str) -> Any:
         )
 
 
+@contextlib.asynccontextmanager
+async def _build_behind_a_writer(
+    url: str,
+) -> AsyncIterator[tuple[psycopg.AsyncConnection[Any], asyncio.Task[list[str]], Any]]:
+    """A transaction that wrote to runs, left open, and the migration to 0011 started beside
+    it: (the writer, the migration, its server pid), once the build waits for the writer."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as writer:
+        await writer.execute("BEGIN")
+        await writer.execute("UPDATE durably.runs SET updated_at = now() WHERE id = 'r1'")
+        migrating = asyncio.create_task(Durably(url).connector.migrate())
+        pid = await eventually(lambda: _migrator_waiting(url), what="the build to wait")
+        yield writer, migrating, pid
+
+
 async def test_building_the_claim_indexes_holds_up_no_write(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -73,11 +89,7 @@ async def test_building_the_claim_indexes_holds_up_no_write(
     build waits for the transactions that write, and meanwhile holds no lock on runs that
     a write would wait for; the claims keep the old indexes until the new ones are valid."""
     await _at_0010_with_runs(pg_url, monkeypatch)
-    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as writer:
-        await writer.execute("BEGIN")
-        await writer.execute("UPDATE durably.runs SET updated_at = now() WHERE id = 'r1'")
-        migrating = asyncio.create_task(Durably(pg_url).connector.migrate())
-        pid = await eventually(lambda: _migrator_waiting(pg_url), what="the migration to wait")
+    async with _build_behind_a_writer(pg_url) as (writer, migrating, pid):
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
             blocking = await other.execute(
                 "SELECT mode, granted FROM pg_locks WHERE pid = %s"
@@ -112,11 +124,7 @@ async def test_a_build_stopped_half_way_is_repaired_by_migrating_again(
     """The migrator is killed during the build: the invalid index it leaves behind is
     dropped and built again by the next migration, which only then records 0011."""
     await _at_0010_with_runs(pg_url, monkeypatch)
-    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as writer:
-        await writer.execute("BEGIN")
-        await writer.execute("UPDATE durably.runs SET updated_at = now() WHERE id = 'r1'")
-        migrating = asyncio.create_task(Durably(pg_url).connector.migrate())
-        pid = await eventually(lambda: _migrator_waiting(pg_url), what="the migration to wait")
+    async with _build_behind_a_writer(pg_url) as (writer, migrating, pid):
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as killer:
             await killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
         with pytest.raises(DatabaseUnavailable):
@@ -172,11 +180,7 @@ async def test_an_older_releases_migrator_is_not_held_up_by_the_build(
     old worker failed to start, or the build was thrown away (review). The old migrator
     now gets it at once, finds nothing it knows to apply, and ends."""
     await _at_0010_with_runs(pg_url, monkeypatch)
-    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as writer:
-        await writer.execute("BEGIN")
-        await writer.execute("UPDATE durably.runs SET updated_at = now() WHERE id = 'r1'")
-        migrating = asyncio.create_task(Durably(pg_url).connector.migrate())
-        await eventually(lambda: _migrator_waiting(pg_url), what="the build to wait")
+    async with _build_behind_a_writer(pg_url) as (writer, migrating, _):
         async with (  # what migrate() of the previous release does
             await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as old,
             asyncio.timeout(scaled(10)),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import psycopg
 import pytest
 
 from durably import Durably, RunNotFound, SignalNotFound
 from tests.helpers import duration, eventually, scaled
+from tests.integration.test_result_wakeup import listening_backends
 
 
 async def test_events_are_durable_latest_wins_and_wake_a_waiting_reader(db_url: str) -> None:
@@ -123,20 +123,13 @@ async def test_readers_waiting_for_events_share_the_apps_listening_connection(
             asyncio.create_task(app.get_event(handle.run_id, "progress", timeout=duration(30)))
             for _ in range(20)
         ]
-        await eventually(lambda: _listening(pg_url, name, 1), what="the readers to listen")
-        assert await _listening(pg_url, name, 1)
+        await eventually(lambda: _one_listening(pg_url, name), what="the readers to listen")
+        assert await listening_backends(pg_url, name) == 1
         async with app.worker():
             await app.send_signal("go")
             assert await asyncio.gather(*readers) == [{"done": 1}] * 20
             assert await handle.result(timeout=scaled(10)) == "ok"
 
 
-async def _listening(url: str, application_name: str, expected: int) -> bool:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        cur = await conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
-            " AND query LIKE 'LISTEN%%'",
-            (application_name,),
-        )
-        row = await cur.fetchone()
-    return row is not None and int(row[0]) == expected
+async def _one_listening(url: str, application_name: str) -> bool:
+    return await listening_backends(url, application_name) == 1

@@ -328,7 +328,7 @@ async def test_fifty_waiters_share_one_listening_connection(
         await eventually(partial(statements.ran, "get_run", 50), what="50 first reads")
         assert listens.calls == 1
         if postgres:
-            assert await _listening_backends(db_url) == 1
+            assert await listening_backends(db_url) == 1
             # Their runs were marked awaited together (by as many statements as times
             # the marks went out): not one statement each.
             assert statements.names.count("await_runs") <= 3, statements.names
@@ -338,12 +338,13 @@ async def test_fifty_waiters_share_one_listening_connection(
         assert listens.calls == 1
 
 
-async def _listening_backends(url: str) -> int:
+async def listening_backends(url: str, application_name: str = WAITERS) -> int:
+    """The server's backends of `application_name` that listen."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
             " AND query LIKE 'LISTEN%%'",
-            (WAITERS,),
+            (application_name,),
         )
         row = await cur.fetchone()
     assert row is not None
@@ -367,7 +368,7 @@ async def test_waiters_return_after_their_listening_connection_was_killed(
             for run_id in ids
         ]
         await eventually(partial(statements.ran, "get_run", 3), what="three first reads")
-        await eventually(lambda: _listening_backends(pg_url), what="the client to listen")
+        await eventually(lambda: listening_backends(pg_url), what="the client to listen")
         fault_proxy.refuse()
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
             cur = await conn.execute(

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from durably import Durably, RetryPolicy, RunHandle, StepContext
+from durably import Durably, RetryPolicy, RunHandle, StepContext, Workflow
 from durably._records import Lease
 from durably._store import Store
 from tests.helpers import duration, eventually, scaled
@@ -80,19 +80,7 @@ async def test_a_signal_sent_as_the_failing_attempts_wait_ends_reaches_the_retry
     failing attempt ended it (held here, by a trigger, until the send waits for that row).
     The signal is buffered, and attempt 2 receives it."""
     app = Durably(pg_url)
-    calls: list[int] = []
-
-    async def fails_once(ctx: StepContext) -> None:
-        calls.append(1)
-        if len(calls) == 1:
-            await eventually(lambda: _wait_running(app, ctx.fence.run_id), what="the wait")
-            raise RuntimeError("down")
-
-    @app.workflow(name="fails", version="v1", retry=TWICE)
-    async def fails(ctx: Any) -> Any:
-        go = ctx.step.wait_for_signal("go", timeout=duration(3))
-        await ctx.step.run("fails-once", fails_once, retry=ONCE)
-        return await go
+    fails = retried_beside_a_wait(app, duration(3))
 
     async with app, await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         handle = await fails.start()  # the schema exists from here on
@@ -107,6 +95,26 @@ async def test_a_signal_sent_as_the_failing_attempts_wait_ends_reaches_the_retry
             assert await handle.result(timeout=scaled(10)) == "y"
             assert (await handle.get()).attempts == 2
             assert await app.list_signals(pending=True) == []
+
+
+def retried_beside_a_wait(app: Durably, wait_timeout: str) -> Workflow[Any, Any]:
+    """Workflow "fails": it waits for "go" beside a step that fails its first attempt for
+    good once the wait is recorded running, so the run is retried (twice at most)."""
+    calls: list[int] = []
+
+    async def fails_once(ctx: StepContext) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            await eventually(lambda: _wait_running(app, ctx.fence.run_id), what="the wait")
+            raise RuntimeError("down")
+
+    @app.workflow(name="fails", version="v1", retry=TWICE)
+    async def fails(ctx: Any) -> Any:
+        go = ctx.step.wait_for_signal("go", timeout=wait_timeout)
+        await ctx.step.run("fails-once", fails_once, retry=ONCE)
+        return await go
+
+    return fails
 
 
 # The transaction that ends a signal wait (status `running` to anything else) waits, before

@@ -206,6 +206,8 @@ SELECT LEAST(
 
 -- name: heartbeat
 -- Rows are locked in id order, as the group commit locks them: no deadlock between them.
+-- `confirm_claims` is its twin for runs just claimed (the connector runs this one on the
+-- connection kept for lease renewals, that one on the engine's).
 WITH held AS (
     SELECT r.id FROM {schema}.runs r
     JOIN unnest(CAST(:ids AS text[]), CAST(:fences AS bigint[])) AS h(id, fence)

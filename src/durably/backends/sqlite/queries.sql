@@ -102,7 +102,7 @@ WHERE id IN (
 UPDATE {schema}_step_attempts SET status = 'abandoned', finished_at = now()
 WHERE status = 'running' AND kind IN ('function', 'transaction')
   AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
-SELECT r.*, now() AS db_now, 0 AS abandoned,
+SELECT r.*, now() AS db_now,
     (SELECT json_group_array(json_object(
         'position', position, 'attempt', attempt, 'step', step, 'kind', kind,
         'status', status, 'final', final, 'compensable', compensable, 'signal', signal,
@@ -640,7 +640,7 @@ WHERE id IN (
 UPDATE {schema}_step_attempts SET status = 'abandoned', finished_at = now()
 WHERE status = 'running' AND kind IN ('function', 'transaction')
   AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
-SELECT r.*, now() AS db_now, 0 AS abandoned,
+SELECT r.*, now() AS db_now,
     (SELECT json_group_array(json_object(
         'position', position, 'attempt', attempt, 'step', step, 'kind', kind,
         'status', status, 'final', final, 'compensable', compensable, 'signal', signal,
