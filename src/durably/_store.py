@@ -145,6 +145,11 @@ class Store(RunEnds, GiveBacks):
         expires_s: float | None = None,
     ) -> dict[str, Any]:
         async def send() -> dict[str, Any]:
+            if external is None and idempotency_key is None and run_id is None:
+                # Nothing to look up first: the send alone, one statement that takes the
+                # name's lock itself, without a transaction's BEGIN and COMMIT around it.
+                params = self._signal_params(name, data_json, None, None, expires_s)
+                return _sent(await self.db.fetch("send_signal", **params), duplicate=False)
             async with self.db.transaction(external) as tx:
                 sent = await self.send_signal_in(
                     tx, name, data_json, idempotency_key, run_id, expires_s
@@ -166,8 +171,11 @@ class Store(RunEnds, GiveBacks):
         """Deliver to every waiter (or the addressed run), else buffer; in the caller's tx.
         What it did (`{"delivered_to", "buffered", "duplicate"}`) is read by awaiting the
         returned call, best once `tx` has ended (then the whole send took its commit)."""
-        # Serializes sends and waits on one name, so a wait never misses a send in flight.
-        await self.lock_signal(tx, name)
+        # The name's lock serializes sends and waits on one name, so that a wait never
+        # misses a send in flight: the send takes it; what is looked up before the send is
+        # looked up under it too.
+        if idempotency_key is not None or run_id is not None:
+            await self.lock_signal(tx, name)
         sent: Sent | None = None
         if idempotency_key is not None:
             found = await tx.fetch(
@@ -180,17 +188,24 @@ class Store(RunEnds, GiveBacks):
             if run_id is not None:
                 await self._live_run(tx, run_id, "signal")
             sent = await tx.send(
-                "send_signal", namespace=self.namespace, name=name, data=data_json,
-                idempotency_key=idempotency_key, run_id=run_id, expires_s=expires_s,
-                channel=self.channel, token=uuid.uuid4().hex,
-            )  # fmt: skip
+                "send_signal",
+                **self._signal_params(name, data_json, idempotency_key, run_id, expires_s),
+            )
 
         async def outcome() -> dict[str, Any]:
-            row = (await sent.rows())[0]
-            return {"delivered_to": decode(row["delivered_to"]),
-                    "buffered": bool(row["buffered"]), "duplicate": duplicate}  # fmt: skip
+            return _sent(await sent.rows(), duplicate)
 
         return outcome
+
+    def _signal_params(
+        self, name: str, data_json: str, idempotency_key: str | None, run_id: str | None,
+        expires_s: float | None,
+    ) -> dict[str, Any]:  # fmt: skip
+        return {
+            "namespace": self.namespace, "name": name, "data": data_json,
+            "idempotency_key": idempotency_key, "run_id": run_id, "expires_s": expires_s,
+            "channel": self.channel, "token": uuid.uuid4().hex,
+        }  # fmt: skip
 
     async def _live_run(self, tx: Tx, run_id: str, action: str) -> None:
         """Lock the run against a concurrent end until `tx` ends; refuse a finished one.
@@ -492,3 +507,9 @@ class Store(RunEnds, GiveBacks):
     async def get_attempt(self, run_id: str, position: int, attempt: int) -> Row | None:
         rows = await self.db.fetch("get_attempt", run_id=run_id, position=position, attempt=attempt)
         return rows[0] if rows else None
+
+
+def _sent(rows: list[Row], duplicate: bool) -> dict[str, Any]:
+    """What a send did, from its row (the signal stored, or found by its key)."""
+    return {"delivered_to": decode(rows[0]["delivered_to"]),
+            "buffered": bool(rows[0]["buffered"]), "duplicate": duplicate}  # fmt: skip

@@ -24,6 +24,7 @@ from durably._records import Lease, PendingStep
 from tests.helpers import duration, eventually, scaled
 from tests.integration.test_signals_between_attempts import (
     _HOLD_WAIT_END,
+    SEND,
     _waiting,
     retried_beside_a_wait,
 )
@@ -206,4 +207,4 @@ async def test_an_addressed_send_as_a_workflow_retry_ends_its_waits_does_not_dea
 
 
 async def _send_waits(conn: psycopg.AsyncConnection[Any]) -> bool:
-    return await _waiting(conn, "SELECT * FROM") or await _waiting(conn, "WITH targets AS")
+    return await _waiting(conn, "SELECT * FROM") or await _waiting(conn, SEND)

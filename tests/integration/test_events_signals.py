@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import psycopg
 import pytest
 
 from durably import Durably, RunNotFound, SignalNotFound
@@ -133,3 +134,42 @@ async def test_readers_waiting_for_events_share_the_apps_listening_connection(
 
 async def _one_listening(url: str, application_name: str) -> bool:
     return await listening_backends(url, application_name) == 1
+
+
+async def test_a_wait_begun_while_a_send_waits_for_the_names_lock_receives_it(
+    pg_url: str,
+) -> None:
+    """PostgreSQL: a send is one statement that takes the signal name's lock, then reads who
+    waits. The run's wait begins under that lock first (the test holds it until both wait
+    for it, the wait ahead): the send must read the wait it committed, not a snapshot from
+    before its lock (the signal would be buffered, and the wait would see nothing)."""
+    app = Durably(pg_url)
+
+    @app.workflow(name="waits", version="v1")
+    async def waits(ctx: Any) -> Any:
+        return await ctx.step.wait_for_signal("go", timeout=duration(60))
+
+    async with app, await psycopg.AsyncConnection.connect(pg_url) as holder:
+        handle = await waits.start()
+        await holder.execute("SELECT pg_advisory_xact_lock(hashtext('default/go'))")
+        async with app.worker():
+            await eventually(lambda: _lock_waiters(pg_url, 1), what="the wait to begin")
+            send = asyncio.create_task(app.send_signal("go", "y"))
+            await eventually(lambda: _lock_waiters(pg_url, 2, unless=send.done()), what="the send")
+            await holder.commit()
+            assert (await send)["delivered_to"] == [handle.run_id]
+            assert await handle.result(timeout=scaled(10)) == "y"
+
+
+async def _lock_waiters(url: str, n: int, unless: bool = False) -> bool:
+    """Whether `n` sessions of the database wait for an advisory lock (or `unless`)."""
+    if unless:
+        return True
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+            "WHERE d.datname = current_database() AND l.locktype = 'advisory' "
+            "AND NOT l.granted"
+        )
+        row = await cur.fetchone()
+    return row is not None and row[0] == n

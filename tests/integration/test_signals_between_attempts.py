@@ -89,7 +89,7 @@ async def test_a_signal_sent_as_the_failing_attempts_wait_ends_reaches_the_retry
         async with app.worker():
             await eventually(lambda: _waiting(conn, "advisory"), what="the wait's end")
             send = asyncio.create_task(app.send_signal("go", "y"))
-            await eventually(lambda: _waiting(conn, "WITH targets AS"), what="the send")
+            await eventually(lambda: _waiting(conn, SEND), what="the send")
             await conn.execute("SELECT pg_advisory_unlock(8128, 1)")
             assert await send == BUFFERED
             assert await handle.result(timeout=scaled(10)) == "y"
@@ -116,6 +116,8 @@ def retried_beside_a_wait(app: Durably, wait_timeout: str) -> Workflow[Any, Any]
 
     return fails
 
+
+SEND = "SELECT delivered_to, buffered, notified FROM"  # send_signal's statement
 
 # The transaction that ends a signal wait (status `running` to anything else) waits, before
 # it commits, for advisory lock (8128, 1), which the test holds.

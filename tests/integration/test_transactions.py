@@ -155,6 +155,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         "0011_claim_by_namespace.sql",
         "0012_claimed_history.sql",
         "0013_awaited.sql",
+        "0014_send_signal.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))

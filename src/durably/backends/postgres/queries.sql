@@ -609,67 +609,9 @@ SELECT * FROM {schema}.signals
 WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency_key;
 
 -- name: send_signal
--- One signal reaches one wait per run (its earliest), and every run waiting on the name;
--- it is stored as delivered to them, or buffered for the next wait when none waits.
--- The data waits on the attempt until the run's own worker records it (see 0004).
-WITH targets AS (
-    -- Every run waiting on the name, or the one addressed: two branches, one of which
-    -- reads nothing, so that one generic plan reads by name or by run as each call needs.
-    SELECT DISTINCT ON (w.run_id) w.id, w.run_id
-    FROM (
-        SELECT a.id, a.run_id, a.position FROM {schema}.step_attempts a
-        WHERE CAST(:run_id AS text) IS NULL AND a.signal = :name
-          AND a.kind = 'signal-wait' AND a.status = 'running' AND a.delivered_at IS NULL
-        UNION ALL
-        SELECT a.id, a.run_id, a.position FROM {schema}.step_attempts a
-        WHERE a.run_id = :run_id AND a.signal = :name
-          AND a.kind = 'signal-wait' AND a.status = 'running' AND a.delivered_at IS NULL
-    ) w CROSS JOIN LATERAL (  -- each run looked up (see finish_many's `locked`)
-        SELECT 1 FROM {schema}.runs r
-        WHERE r.id = w.run_id AND r.namespace = :namespace
-          AND (r.status IN ('pending', 'running', 'waiting')) IS TRUE
-        OFFSET 0
-    ) r
-    ORDER BY w.run_id, w.position
-), locked AS MATERIALIZED (
-    -- Their runs, locked first and in id order: every statement that locks a run and its
-    -- attempts (a cancel, a run's end, a workflow retry) locks the run first.
-    SELECT r.id FROM {schema}.runs r
-    WHERE r.id = ANY(ARRAY(SELECT run_id FROM targets))  -- looked up (see claim)
-    ORDER BY r.id
-    FOR NO KEY UPDATE
-), waits AS (
-    -- A wait read as running may be ending meanwhile (its run's end, a cancel, its workflow
-    -- attempt's end: none takes the name's lock). The UPDATE waits for that to commit and
-    -- tests these conditions again on the row as it is then: an ended wait is passed over,
-    -- so the signal goes to the other waits or to the buffer, never into a wait nobody reads.
-    UPDATE {schema}.step_attempts a SET output = CAST(:data AS jsonb), delivered_at = now()
-    WHERE a.id = ANY(ARRAY(SELECT id FROM targets))  -- looked up (see claim)
-      AND a.run_id IN (SELECT id FROM locked)
-      AND a.status = 'running' AND a.delivered_at IS NULL
-    RETURNING a.run_id
-), woke AS (
-    UPDATE {schema}.runs r SET
-        wake_requested = (r.status = 'running'),
-        status = CASE WHEN r.status = 'waiting' THEN 'pending' ELSE r.status END,
-        available_at = CASE WHEN r.status = 'waiting' THEN now() ELSE r.available_at END,
-        updated_at = now()
-    WHERE r.id = ANY(ARRAY(SELECT run_id FROM waits))
-    RETURNING r.id, r.wake_requested
-), notified AS (
-    SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM woke LIMIT 1) AS x
-    UNION ALL SELECT pg_notify(:channel, 'wake:' || id) FROM woke WHERE wake_requested
-), stored AS (
-    INSERT INTO {schema}.signals (namespace, name, data, idempotency_key, run_id,
-        delivered_to, buffered, expires_at)
-    SELECT :namespace, :name, CAST(:data AS jsonb), :idempotency_key, :run_id,
-        COALESCE((SELECT jsonb_agg(run_id ORDER BY run_id) FROM waits), '[]'),
-        NOT EXISTS (SELECT 1 FROM waits),
-        now() + CAST(:expires_s AS float8) * interval '1 second'
-    RETURNING delivered_to, buffered
-)
-SELECT stored.delivered_to, stored.buffered, (SELECT count(*) FROM notified) AS notified
-FROM stored;
+-- The name's lock, then the send, in one statement (see 0014).
+SELECT delivered_to, buffered, notified FROM {schema}.send_signal(
+    :namespace, :name, :data, :idempotency_key, :run_id, :expires_s, :channel);
 
 -- name: take_signal
 UPDATE {schema}.signals SET consumed_by = :run_id, consumed_at = now()

@@ -1,0 +1,3 @@
+-- Nothing to change here: the PostgreSQL send takes its name's lock in a function of its
+-- own (see the twin), so that it is one statement. A SQLite send is one IMMEDIATE
+-- transaction, with every other writer kept out.
