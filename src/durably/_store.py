@@ -145,11 +145,6 @@ class Store(RunEnds, GiveBacks):
         expires_s: float | None = None,
     ) -> dict[str, Any]:
         async def send() -> dict[str, Any]:
-            if external is None and idempotency_key is None and run_id is None:
-                # Nothing to look up first: the send alone, one statement that takes the
-                # name's lock itself, without a transaction's BEGIN and COMMIT around it.
-                params = self._signal_params(name, data_json, None, None, expires_s)
-                return _sent(await self.db.fetch("send_signal", **params), duplicate=False)
             async with self.db.transaction(external) as tx:
                 sent = await self.send_signal_in(
                     tx, name, data_json, idempotency_key, run_id, expires_s
@@ -157,9 +152,17 @@ class Store(RunEnds, GiveBacks):
             return await sent()  # read after the commit: the send was one round trip
 
         # A send locks the attempts and runs it reaches, in an order of its own: one that
-        # loses a deadlock (with a run's end, say) is run again, as a cancel is; in the
-        # caller's transaction, the caller decides.
-        result = await (send() if external is not None else self.db.retrying(send, "send_signal"))
+        # loses a deadlock (with a run's end, say) is run again, as a cancel is (a fetch is
+        # run again by the connector itself); in the caller's transaction, the caller decides.
+        if external is None and idempotency_key is None and run_id is None:
+            # Nothing to look up first: the send alone, one statement that takes the name's
+            # lock itself, without a transaction's BEGIN and COMMIT around it.
+            params = self._signal_params(name, data_json, None, None, expires_s)
+            result = _sent(await self.db.fetch("send_signal", **params), duplicate=False)
+        else:
+            result = await (
+                send() if external is not None else self.db.retrying(send, "send_signal")
+            )
         if result["delivered_to"]:
             self.db.notify_local("run")
         return result

@@ -9,6 +9,9 @@ import psycopg
 import pytest
 
 from durably import Durably, RunNotFound, SignalNotFound
+from durably._errors import DatabaseConflict
+from durably.backends.postgres import transactions
+from durably.backends.postgres.connector import CONFLICT_TRIES
 from tests.helpers import duration, eventually, scaled
 from tests.integration.test_result_wakeup import listening_backends
 
@@ -159,6 +162,54 @@ async def test_a_wait_begun_while_a_send_waits_for_the_names_lock_receives_it(
             await holder.commit()
             assert (await send)["delivered_to"] == [handle.run_id]
             assert await handle.result(timeout=scaled(10)) == "y"
+
+
+async def test_a_send_waits_for_the_names_lock_past_the_statement_deadline(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a send behind a transaction that holds its name's lock (a caller's own
+    `send_signal(connection=...)`, still open) waits for it, however long: the engine's
+    statement deadline (1 s here) would fail a send the database is about to serve, and
+    could fire once it had committed (a sent signal reported failed)."""
+    monkeypatch.setattr(transactions, "STATEMENT_S", 1.0)
+    app = Durably(pg_url)
+    async with app, await psycopg.AsyncConnection.connect(pg_url) as holder:
+        await app.migrate()
+        await holder.execute("SELECT pg_advisory_xact_lock(hashtext('default/go'))")
+        send = asyncio.create_task(app.send_signal("go", "y"))
+        await eventually(lambda: _lock_waiters(pg_url, 1), what="the send")
+        deadline = asyncio.get_running_loop().time() + 1.5  # past the statement deadline
+        await eventually(lambda: _past(deadline, send), what="the deadline to pass")
+        await holder.commit()
+        assert (await send)["buffered"]
+
+
+async def _past(deadline: float, send: asyncio.Task[Any]) -> bool:
+    return send.done() or asyncio.get_running_loop().time() >= deadline
+
+
+async def test_a_send_aborted_as_a_deadlock_is_tried_conflict_tries_times_in_all(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a send that keeps losing deadlocks is run CONFLICT_TRIES times in all, not
+    CONFLICT_TRIES times by the connector within each of CONFLICT_TRIES runs of the store's
+    (the deadlock is raised where the driver would raise it)."""
+    calls = 0
+    real = transactions.PgTx.fetch
+
+    async def deadlocking(self: Any, query: str, **params: Any) -> Any:
+        nonlocal calls
+        if query == "send_signal":
+            calls += 1
+            raise psycopg.errors.DeadlockDetected("deadlock detected (test)")
+        return await real(self, query, **params)
+
+    monkeypatch.setattr(transactions.PgTx, "fetch", deadlocking)
+    app = Durably(pg_url)
+    async with app:
+        with pytest.raises(DatabaseConflict):
+            await app.send_signal("go", "y")
+    assert calls == CONFLICT_TRIES
 
 
 async def _lock_waiters(url: str, n: int, unless: bool = False) -> bool:

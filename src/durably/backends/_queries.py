@@ -2,7 +2,8 @@
 
 A file holds blocks that start with `-- name: NAME`; parameters are written `:name` and
 translated to the driver's style here, so the SQL files stay readable and alike. A block
-may carry a marker line for its connector (`-- plan: each call`, see `marked`).
+may carry marker lines for its connector (`-- plan: each call`, `-- deadline: none`, see
+`marked`).
 
 Migrations are ordered files `migrations/NNNN_*.sql`, run whole in a transaction, unless
 their first line is `-- durably: no transaction` (`outside_transaction`; PostgreSQL's

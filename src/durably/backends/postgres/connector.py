@@ -203,7 +203,11 @@ class PostgresConnector:
         rendered = {}
         for name, statements in _queries.load(package, "pyformat").items():
             rendered[name] = [sql.SQL(s).format(schema=schema).as_string(conn) for s in statements]
-        return Queries(rendered, frozenset(_queries.marked(package, "plan: each call")))
+        return Queries(
+            rendered,
+            each_call=frozenset(_queries.marked(package, "plan: each call")),
+            no_deadline=frozenset(_queries.marked(package, "deadline: none")),
+        )
 
     async def close(self) -> None:
         self._closed = True

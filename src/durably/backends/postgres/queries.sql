@@ -609,7 +609,10 @@ SELECT * FROM {schema}.signals
 WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency_key;
 
 -- name: send_signal
--- The name's lock, then the send, in one statement (see 0014).
+-- deadline: none
+-- The name's lock, then the send, in one statement (see 0014). It waits for the lock as
+-- long as another transaction holds it (a caller's own, say), as a transaction would: a
+-- deadline could also fire once the send had committed, reporting a sent signal as failed.
 SELECT delivered_to, buffered, notified FROM {schema}.send_signal(
     :namespace, :name, :data, :idempotency_key, :run_id, :expires_s, :channel);
 

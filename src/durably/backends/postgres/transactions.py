@@ -28,10 +28,12 @@ def json_as_text(data: str | bytes) -> str:
 
 @dataclass(frozen=True)
 class Queries:
-    """The named queries rendered for one schema, and those planned each call."""
+    """The named queries rendered for one schema, those planned each call, and those
+    that wait without the engine's deadline (`STATEMENT_S`) for the locks they take."""
 
     sql: dict[str, list[LiteralString]]
     each_call: frozenset[str]
+    no_deadline: frozenset[str] = frozenset()
 
 
 class PgTx:
@@ -61,7 +63,7 @@ class PgTx:
         return self._conn
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
-        if self._external:
+        if self._external or query in self._queries.no_deadline:
             return await self._fetch(query, params)
         try:
             async with asyncio.timeout(STATEMENT_S):
