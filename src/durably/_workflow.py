@@ -229,20 +229,35 @@ class RunHandle(Generic[Out]):
 
     async def _wait(self, timeout: Duration | None) -> Run:
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
-        loop = asyncio.get_running_loop()
-        until = loop.time() + limit if limit is not None else None
+        if limit is not None and limit <= 0:  # no waiting: the run as it is, once
+            run = await self.get()
+            if run.done:
+                return run
+            raise self._timed_out(limit, run)
+        read: list[Run] = []  # the run as last read
+        # The limit holds for the reads too: over a frozen network a read waits for the
+        # engine's statement deadline (30 s), and the caller asked for `limit`.
+        deadline = asyncio.timeout(limit)
+        try:
+            async with deadline:
+                return await self._until_done(read)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+        raise self._timed_out(limit or 0.0, read[-1] if read else None)
+
+    def _timed_out(self, limit: float, run: Run | None) -> WorkflowTimeoutError:
+        status = f"still {run.status}" if run else "not read yet"
+        return WorkflowTimeoutError(f"run {self.run_id} is {status} after {limit}s")
+
+    async def _until_done(self, read: list[Run]) -> Run:
         await self.app.open()  # before listening: a bad database fails here, as a read would
         async with self.app.end_watch.watching(self.run_id) as waiter:
             while True:
-                run = await self.get()
-                if run.done:
-                    return run
-                left = until - loop.time() if until is not None else None
-                if left is not None and left <= 0:
-                    raise WorkflowTimeoutError(
-                        f"run {self.run_id} is still {run.status} after {limit}s"
-                    )
-                await waiter.wait(left)
+                read[:] = [await self.get()]
+                if read[0].done:
+                    return read[0]
+                await waiter.wait(None)
 
     async def result(self, timeout: Duration | None = None) -> Out:
         """Wait for the run to finish; its output, as the workflow's return type.

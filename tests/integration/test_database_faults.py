@@ -16,8 +16,9 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from durably import DatabaseUnavailable, Durably, RetryPolicy, RunFailedError
+from durably import DatabaseUnavailable, Durably, RetryPolicy, RunFailedError, WorkflowTimeoutError
 from durably.backends.postgres import connector as pg
+from durably.backends.postgres import transactions
 from durably.backends.postgres.transactions import PgTx
 from durably.backends.sqlite import connector as lite
 from tests.faults import FaultProxy
@@ -299,3 +300,24 @@ async def test_a_conflict_leaves_the_pools_alone(
         monkeypatch.setattr(psycopg_pool.AsyncConnectionPool, "drain", counted)
         assert await app.store.db.fetch("get_run", run_id="none") == []
     assert failures == [0] and drains == []
+
+
+async def test_a_result_awaited_over_a_frozen_connection_times_out_when_asked(
+    pg_url: str, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`result(timeout=)` bounds the whole call, its reads too: with the network frozen, the
+    run is still unknown when the timeout passes (WorkflowTimeoutError), not a statement
+    deadline later (DatabaseUnavailable; 2 s here, 30 s in production)."""
+    monkeypatch.setattr(transactions, "STATEMENT_S", scaled(2))
+    app = Durably(fault_proxy.url_for(pg_url))
+
+    @app.workflow(name="never-run", version="v1")
+    async def never_run(ctx: Any) -> int:
+        return 1
+
+    async with app:
+        handle = await never_run.start()  # no worker: it stays pending
+        fault_proxy.freeze()
+        with pytest.raises(WorkflowTimeoutError):
+            await handle.result(timeout=0.2)
+        fault_proxy.thaw()
