@@ -13,8 +13,6 @@ import psycopg
 import pytest
 
 from durably import Durably, RetryPolicy, RunHandle, StepContext, Workflow
-from durably._records import Lease
-from durably._store import Store
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -23,26 +21,15 @@ BUFFERED = {"delivered_to": [], "buffered": True, "duplicate": False}
 
 
 @pytest.mark.parametrize("fault", ["step", "code"])
-async def test_a_signal_sent_between_attempts_reaches_the_retry(
-    db_url: str, monkeypatch: pytest.MonkeyPatch, fault: str
-) -> None:
+async def test_a_signal_sent_between_attempts_reaches_the_retry(db_url: str, fault: str) -> None:
     """Attempt 1 waits for "go" and "poke"; once "poke" arrives it fails: a step fails for
     good (`step`: the waits are the claim's own), or the workflow code raises before it
     reaches the waits an earlier claim of the attempt recorded (`code`: something outside
-    the log changed, a deploy say). "go" is sent as the retry commits: attempt 2 receives
-    it, and "poke" too (given back to the run)."""
+    the log changed, a deploy say). "go" is sent while the run waits for its retry (two
+    seconds): no wait of attempt 1's is left running to take it, it is buffered, and
+    attempt 2 receives it, and "poke" too (given back to the run)."""
     app = Durably(db_url)
     faults: list[str] = []  # the workflow's next claim raises, outside any step
-    left: list[Any] = []  # attempts still running once the retry committed
-    sent: list[dict[str, Any]] = []
-    original = Store.retry_run
-
-    async def then_send(self: Store, lease: Lease, *args: Any) -> None:
-        await original(self, lease, *args)
-        left.extend(s for s in await app.list_steps(lease.run_id) if s.status == "running")
-        sent.append(await app.send_signal("go", "between"))
-
-    monkeypatch.setattr(Store, "retry_run", then_send)
     checks: list[int] = []
 
     def check() -> None:
@@ -50,12 +37,14 @@ async def test_a_signal_sent_between_attempts_reaches_the_retry(
         if fault == "step" and len(checks) == 1:
             raise RuntimeError("check is down")
 
-    @app.workflow(name="flaky", version="v1", retry=TWICE)
+    later = RetryPolicy(max_attempts=2, initial_interval=duration(2))
+
+    @app.workflow(name="flaky", version="v1", retry=later)
     async def flaky(ctx: Any) -> list[Any]:
         if faults:
             raise RuntimeError(faults.pop())
-        go = ctx.step.wait_for_signal("go", timeout=duration(3))
-        poke = await ctx.step.wait_for_signal("poke", timeout=duration(3))
+        go = ctx.step.wait_for_signal("go", timeout=duration(6))
+        poke = await ctx.step.wait_for_signal("poke", timeout=duration(6))
         await ctx.step.run("check", check, retry=ONCE)
         return [await go, poke]
 
@@ -65,12 +54,20 @@ async def test_a_signal_sent_between_attempts_reaches_the_retry(
         if fault == "code":
             faults.append("a fault outside any step")
         assert (await app.send_signal("poke", "poked"))["delivered_to"] == [handle.run_id]
-        result = await handle.result(timeout=scaled(10))
-        assert sent == [BUFFERED], "attempt 1's wait took the signal"
+        await eventually(lambda: _between_attempts(handle), what="the retry")
+        left = [s for s in await app.list_steps(handle.run_id) if s.status == "running"]
+        sent = await app.send_signal("go", "between")
+        result = await handle.result(timeout=scaled(15))
         assert left == [], "attempt 1's waits were left running"
+        assert sent == BUFFERED, "attempt 1's wait took the signal"
         assert result == ["between", "poked"]
         assert (await handle.get()).attempts == 2
         assert await app.list_signals(pending=True) == []
+
+
+async def _between_attempts(handle: RunHandle[Any]) -> bool:
+    run = await handle.get()
+    return run.status == "pending" and run.attempts == 2
 
 
 async def test_a_signal_sent_as_the_failing_attempts_wait_ends_reaches_the_retry(
