@@ -93,8 +93,9 @@ class EndWatch:
             if batch is not None and not batch.done():  # its marker never started
                 batch.set_result(set())
             if listener is not None:
-                stop = await listener
-                await stop()
+                await asyncio.wait([listener])  # starting still: it is quick
+                if not _failed(listener):
+                    await listener.result()()
         self._wake(list(self._waiters))
 
     async def listen(self) -> None:
@@ -103,11 +104,14 @@ class EndWatch:
         if self._loop is not loop:  # tasks left on a loop that has ended are gone with it
             self._loop, self._listener, self._poller, self._checker = loop, None, None, None
             self._marker, self._batch, self._unmarked = None, None, set()
-        if self._listener is None:
+        if self._listener is None or _failed(self._listener):
             listening = self._db.listen(self._on_message)
             self._listener = asyncio.create_task(listening, name="durably-end-listen")
+        if self._poller is None or self._poller.done():
             self._poller = asyncio.create_task(self._poll(), name="durably-end-poll")
-        await self._listener
+        # Shielded: the first waiters share the start, and one that gives up (its timeout)
+        # must not cancel it for the others.
+        await asyncio.shield(self._listener)
 
     async def mark(self, run_id: str) -> bool:
         """Mark run `run_id` awaited (see `await_runs`), in one statement with the runs of
@@ -187,6 +191,10 @@ class EndWatch:
         for run_id in run_ids:
             for woken in self._waiters.get(run_id, ()):
                 woken.set()
+
+
+def _failed(task: asyncio.Task[StopListening]) -> bool:
+    return task.done() and (task.cancelled() or task.exception() is not None)
 
 
 @contextlib.contextmanager

@@ -214,7 +214,7 @@ class Store(RunEnds, GiveBacks):
         """Lock the run against a concurrent end until `tx` ends; refuse a finished one.
         The lock is the one the send takes next to wake the run (a share lock taken first
         made two sends to one run each wait for the other's: a deadlock)."""
-        rows = await tx.fetch("get_run_for_update", run_id=run_id)
+        rows = await tx.fetch("get_run_to_signal", run_id=run_id)
         if not rows:
             raise RunNotFound(f"no run with id {run_id!r}")
         if rows[0]["status"] in ("completed", "failed", "canceled"):

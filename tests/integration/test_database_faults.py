@@ -321,3 +321,25 @@ async def test_a_result_awaited_over_a_frozen_connection_times_out_when_asked(
         with pytest.raises(WorkflowTimeoutError):
             await handle.result(timeout=0.2)
         fault_proxy.thaw()
+
+
+async def test_a_result_whose_read_meets_a_frozen_network_ends_at_its_timeout(
+    pg_url: str, fault_proxy: FaultProxy
+) -> None:
+    """The timeout cuts a read short too: psycopg answers the cancel of a statement on a
+    frozen connection by a cancel request and a wait for the statement (10 s in all), which
+    the caller does not wait for. (The end watch's mark is left out, so that the read is
+    what meets the timeout, as a read after a wake-up does.)"""
+    app = Durably(fault_proxy.url_for(pg_url))
+
+    @app.workflow(name="never-run", version="v1")
+    async def never_run(ctx: Any) -> int:
+        return 1
+
+    async with app:
+        handle = await never_run.start()  # no worker: it stays pending
+        app.end_watch._marks = False
+        fault_proxy.freeze()
+        with pytest.raises(WorkflowTimeoutError):
+            await asyncio.wait_for(handle.result(timeout=0.2), scaled(3))
+        fault_proxy.thaw()

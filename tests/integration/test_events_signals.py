@@ -164,19 +164,28 @@ async def test_a_wait_begun_while_a_send_waits_for_the_names_lock_receives_it(
             assert await handle.result(timeout=scaled(10)) == "y"
 
 
+@pytest.mark.parametrize("send_as", ["plain", "keyed", "addressed"])
 async def test_a_send_waits_for_the_names_lock_past_the_statement_deadline(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, send_as: str
 ) -> None:
     """PostgreSQL: a send behind a transaction that holds its name's lock (a caller's own
     `send_signal(connection=...)`, still open) waits for it, however long: the engine's
     statement deadline (1 s here) would fail a send the database is about to serve, and
-    could fire once it had committed (a sent signal reported failed)."""
+    could fire once it had committed (a sent signal reported failed). With an idempotency
+    key or a run addressed, what the send looks up first waits for the lock."""
     monkeypatch.setattr(transactions, "STATEMENT_S", 1.0)
     app = Durably(pg_url)
+
+    @app.workflow(name="addressed", version="v1")
+    async def addressed(ctx: Any) -> None:
+        return None
+
     async with app, await psycopg.AsyncConnection.connect(pg_url) as holder:
         await app.migrate()
+        run_id = (await addressed.start()).run_id if send_as == "addressed" else None
+        key = "k1" if send_as == "keyed" else None
         await holder.execute("SELECT pg_advisory_xact_lock(hashtext('default/go'))")
-        send = asyncio.create_task(app.send_signal("go", "y"))
+        send = asyncio.create_task(app.send_signal("go", "y", idempotency_key=key, run_id=run_id))
         await eventually(lambda: _lock_waiters(pg_url, 1), what="the send")
         deadline = asyncio.get_running_loop().time() + 1.5  # past the statement deadline
         await eventually(lambda: _past(deadline, send), what="the deadline to pass")

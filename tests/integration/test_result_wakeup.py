@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from durably import Durably, RetryPolicy
+from durably import Durably, RetryPolicy, WorkflowTimeoutError
 from tests.helpers import duration, eventually, scaled
 
 WAITERS = "durably-waiters"  # the client's application_name on PostgreSQL
@@ -397,3 +397,21 @@ async def test_the_sync_facade_waits_for_the_end_too(
         await server.send_signal("go", "done")
         assert await waiting == "done"
         await asyncio.to_thread(client.sync.close)
+
+
+async def test_a_result_timing_out_at_once_leaves_later_waits_working(db_url: str) -> None:
+    """The first wait of an app starts the app's listener: a wait whose timeout expires
+    while that start is awaited (1 µs) gives up alone; later waits, and close, still work
+    (the shared start was cancelled with it, and every later wait raised CancelledError)."""
+    app = Durably(db_url)
+
+    @app.workflow(name="never-run", version="v1")
+    async def never_run(ctx: Any) -> int:
+        return 1
+
+    async with app:
+        handle = await never_run.start()  # no worker: it stays pending
+        with pytest.raises(WorkflowTimeoutError):
+            await handle.result(timeout=1e-6)
+        with pytest.raises(WorkflowTimeoutError):
+            await handle.result(timeout=0.2)

@@ -605,8 +605,17 @@ RETURNING id;
 SELECT pg_advisory_xact_lock(hashtext(:namespace || '/' || :name)) AS locked;
 
 -- name: find_signal
+-- deadline: none
+-- Read under the name's lock, which the send waits for as long as it is held (see
+-- send_signal): so does this read, the first to wait for it.
 SELECT * FROM {schema}.signals
 WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency_key;
+
+-- name: get_run_to_signal
+-- deadline: none
+-- The run a send addresses, locked as the send will update it (see `Store._live_run`);
+-- after the name's lock, waited for as long as it is held (see send_signal).
+SELECT * FROM {schema}.runs WHERE id = :run_id FOR NO KEY UPDATE;
 
 -- name: send_signal
 -- deadline: none

@@ -382,6 +382,9 @@ RETURNING id;
 -- name: lock_signal
 SELECT 1 AS locked;
 
+-- name: get_run_to_signal
+SELECT * FROM {schema}_runs WHERE id = :run_id;
+
 -- name: find_signal
 SELECT * FROM {schema}_signals
 WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency_key;
