@@ -17,6 +17,9 @@ A silent network must not hold the engine forever: connections are opened with a
 timeout and TCP keepalives, a pool checkout waits at most `CHECKOUT_S`, and each of the
 engine's own statements at most `STATEMENT_S` (client side: a server-wide statement_timeout
 would also cut the user's long `step.transaction` bodies, which get no deadline here).
+Except a signal's send (`-- deadline: none`): it waits for its name's lock as long as another
+transaction holds it (a caller's own, open), as a transaction's COMMIT waits; a caller that
+wants a limit sets it (`asyncio.timeout`: the statement is cancelled, nothing is sent).
 """
 
 from __future__ import annotations
