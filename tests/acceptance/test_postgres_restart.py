@@ -166,3 +166,26 @@ async def test_a_lost_connection_fails_its_statement_at_once_beside_a_silent_one
         finally:
             for pid in frozen:
                 os.kill(pid, signal.SIGCONT)
+
+
+async def test_a_lease_renewal_after_an_outage_connects_at_once(
+    cluster: pgcluster.Cluster,
+) -> None:
+    """Renewals had a pool of one connection, whose reconnection backs off (1, 2, 4 s...)
+    and never grows past its one attempt: after an outage of a few seconds, a renewal
+    waited for that schedule, not for the server, and the leases of runs executing fine ran
+    out (the chaos soak saw a step run again). The first renewal after the server is back
+    must connect at once."""
+    app = Durably(_database(cluster))
+    app.workflow(name="noop")(_noop)
+    renew = {"worker_id": "w", "ids": [], "fences": [], "lease": 3.0}
+    async with app:
+        await app.migrate()
+        assert await app.store.db.fetch("heartbeat", **renew) == []
+        cluster.stop("fast")
+        with pytest.raises(DatabaseUnavailable):
+            await app.store.db.fetch("heartbeat", **renew)
+        await asyncio.sleep(3)  # the outage lasts (the pool's attempts back off meanwhile)
+        cluster.start()
+        renewed = app.store.db.fetch("heartbeat", **renew)
+        assert await asyncio.wait_for(renewed, scaled(2)) == []

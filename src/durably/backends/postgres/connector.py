@@ -1,6 +1,7 @@
-"""PostgreSQL through psycopg 3: three pools of autocommit connections (`_Pools`: the
-engine's statements, planned once; lease renewals; `step.transaction` bodies and operator
-queries, planned as the server says) and one connection for LISTEN. The transactions on a
+"""PostgreSQL through psycopg 3: two pools of autocommit connections and one of its own
+for lease renewals (`_Pools`: the engine's statements, planned once; the renewals, see
+`lease.py`; `step.transaction` bodies and operator queries, planned as the server says) and
+one connection for LISTEN. The transactions on a
 connection are in `transactions.py`.
 
 What the engine makes of a driver error (`classify`):
@@ -41,6 +42,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ..._errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable
 from .. import _queries
 from .._base import LISTENING, Row
+from .lease import LeaseConnection
 from .migrator import Migrator
 from .transactions import PgTx, Queries, json_as_text, pipelined_transaction
 
@@ -69,12 +71,12 @@ class _Pools:
     """The connector's connections."""
 
     engine: Pool  # the engine's own statements, planned once each, generically
-    lease: Pool  # lease renewals: queued behind the step records of 50 runs for an engine
-    # connection, they took over a second on a busy machine, and the leases ran out
+    lease: LeaseConnection  # lease renewals: queued behind the step records of 50 runs for
+    # an engine connection, they took over a second on a busy machine, and the leases ran out
     plain: Pool  # planned as the server says: `step.transaction` bodies and the operator
     # queries whose plan depends on their parameters (`-- plan: each call`); opened as used
 
-    def all(self) -> tuple[Pool, ...]:
+    def all(self) -> tuple[Pool | LeaseConnection, ...]:
         return (self.engine, self.lease, self.plain)
 
 
@@ -177,7 +179,7 @@ class PostgresConnector:
                 raise DatabaseUnavailable(f"PostgreSQL is unavailable: {_text(exc)}") from exc
             self._pools = _Pools(
                 engine=await self._open_pool(1, self._pool_size, _configure_engine),
-                lease=await self._open_pool(1, 1, _configure_engine),
+                lease=LeaseConnection(self._conninfo, _configure_engine),
                 plain=await self._open_pool(0, self._pool_size, _configure),
             )
 
@@ -250,7 +252,7 @@ class PostgresConnector:
         """One named query in a transaction of its own (autocommit: one round trip), run
         again as `retrying` says."""
         pools = await self._ensure_pools()
-        pool = pools.engine
+        pool: Pool | LeaseConnection = pools.engine
         if query == "heartbeat":
             pool = pools.lease
         elif query in self._queries.each_call:
