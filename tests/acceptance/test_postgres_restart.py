@@ -171,7 +171,7 @@ async def test_a_lost_connection_fails_its_statement_at_once_beside_a_silent_one
 async def test_a_lease_renewal_after_an_outage_connects_at_once(
     cluster: pgcluster.Cluster,
 ) -> None:
-    """Renewals had a pool of one connection, whose reconnection backs off (1, 2, 4 s...)
+    """Renewals had a pool of one connection, whose reconnection backs off (1, 2, 4, 8 s)
     and never grows past its one attempt: after an outage of a few seconds, a renewal
     waited for that schedule, not for the server, and the leases of runs executing fine ran
     out (the chaos soak saw a step run again). The first renewal after the server is back
@@ -185,7 +185,8 @@ async def test_a_lease_renewal_after_an_outage_connects_at_once(
         cluster.stop("fast")
         with pytest.raises(DatabaseUnavailable):
             await app.store.db.fetch("heartbeat", **renew)
-        await asyncio.sleep(3)  # the outage lasts (the pool's attempts back off meanwhile)
+        # The outage lasts, past the pool's attempts at 0, 1, 3 and 7 s (its next: 15 s).
+        await asyncio.sleep(7.5)
         cluster.start()
         renewed = app.store.db.fetch("heartbeat", **renew)
         assert await asyncio.wait_for(renewed, scaled(2)) == []

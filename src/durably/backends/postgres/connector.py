@@ -179,7 +179,7 @@ class PostgresConnector:
                 raise DatabaseUnavailable(f"PostgreSQL is unavailable: {_text(exc)}") from exc
             self._pools = _Pools(
                 engine=await self._open_pool(1, self._pool_size, _configure_engine),
-                lease=LeaseConnection(self._conninfo, _configure_engine),
+                lease=LeaseConnection(self._conninfo, _configure_engine, CHECKOUT_S),
                 plain=await self._open_pool(0, self._pool_size, _configure),
             )
 

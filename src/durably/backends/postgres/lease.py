@@ -16,39 +16,66 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg_pool import PoolClosed, PoolTimeout
 
 Configure = Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]
 
 
 class LeaseConnection:
-    """One autocommit connection, used by one caller at a time (`connection()`)."""
+    """One autocommit connection, used by one caller at a time (`connection()`). Getting it
+    fails as a pool's checkout does (`PoolTimeout`: not a lost connection, which would
+    drain the engine's pools) when another caller holds it longer than `checkout_s`, or
+    when it cannot be opened."""
 
-    def __init__(self, conninfo: str, configure: Configure) -> None:
+    def __init__(self, conninfo: str, configure: Configure, checkout_s: float) -> None:
         self._conninfo = conninfo
         self._configure = configure
+        self._checkout_s = checkout_s
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
         self._stale = False  # drained while in use: closed once given back
+        self._closed = False
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        async with self._lock:
-            if self._stale or self._conn is None or self._conn.closed or self._conn.broken:
-                await self._close()
-                conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        try:
+            async with asyncio.timeout(self._checkout_s):
+                await self._lock.acquire()
                 try:
-                    await self._configure(conn)
+                    conn = await self._open()
                 except BaseException:
-                    await conn.close()
+                    self._lock.release()
                     raise
-                self._conn = conn
+        except TimeoutError:
+            raise PoolTimeout(f"no lease connection within {self._checkout_s:g} s") from None
+        try:
+            yield conn
+        finally:
             try:
-                yield self._conn
-            finally:
                 # A statement that failed or was cancelled may leave it mid-query: the next
                 # renewal starts on a new one.
-                if self._stale or self._conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                if self._stale or conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     await self._close()
+            finally:
+                self._lock.release()
+
+    async def _open(self) -> psycopg.AsyncConnection[Any]:
+        if self._closed:
+            raise PoolClosed("the lease connection is closed")
+        if self._conn is not None and not (self._stale or self._conn.closed or self._conn.broken):
+            return self._conn
+        await self._close()
+        try:
+            conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise PoolTimeout(f"cannot open the lease connection: {exc}") from exc
+        try:
+            await self._configure(conn)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        return conn
 
     async def drain(self) -> None:
         """Close the connection (the next renewal opens another); in use, once given back."""
@@ -58,7 +85,9 @@ class LeaseConnection:
             await self._close()
 
     async def close(self) -> None:
-        await self._close()
+        """Close it for good; in use, once given back."""
+        self._closed = True
+        await self.drain()
 
     async def _close(self) -> None:
         conn, self._conn, self._stale = self._conn, None, False
