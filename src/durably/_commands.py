@@ -236,11 +236,7 @@ async def _invoke(
         task.cancel()
     try:
         if body.timeout is None:
-            # Shielded: the lifecycle cancelled (by the execution's end) stops waiting at
-            # once, even for a body that ignores cancellation (the body is cancelled by
-            # `Execution.interrupt_bodies`, never through this await).
-            task.add_done_callback(_retrieve)
-            return await asyncio.shield(task)
+            return await _outcome(task)
         try:
             return await asyncio.wait_for(task, body.timeout)
         except TimeoutError:
@@ -254,10 +250,24 @@ async def _invoke(
             cmd.step_context = None
 
 
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Read a body's outcome that nobody may await any more (no "never retrieved")."""
-    if not task.cancelled():
-        task.exception()
+async def _outcome(body: asyncio.Future[T]) -> T:
+    """The body's outcome, as `await asyncio.shield(body)` gives it, at half the callbacks.
+
+    The lifecycle cancelled (by the execution's end) stops waiting at once, even for a body
+    that ignores cancellation: the body is cancelled by `Execution.interrupt_bodies`, never
+    through this await, and its outcome is read when it ends (no "never retrieved").
+    """
+    waiter = asyncio.get_running_loop().create_future()
+
+    def ended(_: object) -> None:
+        if not body.cancelled():
+            body.exception()
+        if not waiter.done():
+            waiter.set_result(None)
+
+    body.add_done_callback(ended)
+    await waiter
+    return body.result()
 
 
 async def _failed(
