@@ -69,7 +69,8 @@ class Lifecycles:
             cmd.active = False
             if cmd.wait is not None and not cmd.settled:
                 self._arm(cmd)
-        self._changed.set()
+        if not self._active:  # the drive looks again only when nothing is left running
+            self._changed.set()
 
     async def _lifecycle(self, cmd: Command) -> None:
         try:

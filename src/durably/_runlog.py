@@ -130,8 +130,8 @@ class RunLog:
             self.stop is None
             and self.fatal is None
             and (
-                any(s <= seq for s in self._in_flight)
-                or (position is not None and any(p < position for p in self._markers))
+                (self._in_flight and min(self._in_flight) <= seq)
+                or (position is not None and self._markers and min(self._markers) < position)
             )
         ):
             if self._durable_waiter is None:
