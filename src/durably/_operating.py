@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ._codec import encode
 from ._durations import Duration, parse_duration
 from ._errors import InvalidInput
+from ._limits import TimeUp, within
 from ._models import TERMINAL, Run
 from ._operations import Operations, Signal
 from ._records import NewRun
@@ -108,26 +109,30 @@ class OperatingApi:
             RunNotFound: no such run.
         """
         await self.open()
+        limit = parse_duration(timeout).total_seconds() if timeout is not None else None
+        if limit is not None and limit <= 0:  # no waiting: the event as it is, once
+            await self.get_run(run_id)
+            return (await self.operations.get_event(run_id, key))[1]
+        try:
+            return await within(limit, self._first_event(run_id, key))
+        except TimeUp:
+            return None
+
+    async def _first_event(self, run_id: str, key: str) -> Any:
         await self.get_run(run_id)
         ops = self.operations
         found, value = await ops.get_event(run_id, key)
         if found:
             return value
-        limit = parse_duration(timeout).total_seconds() if timeout is not None else None
-        loop = asyncio.get_running_loop()
-        until = loop.time() + limit if limit is not None else None
         async with self.end_watch.watching_events(run_id) as changed:  # the app's listener
             while True:
                 found, value = await ops.get_event(run_id, key)
                 if found:
                     return value
-                left = None if until is None else until - loop.time()
-                if left is not None and left <= 0:
-                    return None
                 changed.clear()
                 # The fallback poll covers a lost LISTEN connection.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), min(left or 1.0, 1.0))
+                    await asyncio.wait_for(changed.wait(), 1.0)
 
     async def list_events(self, run_id: str) -> dict[str, Any]:
         """Every event key run `run_id` has set, with its latest value."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import typing
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from ._codec import adapter, encode, validate
 from ._durations import Duration, parse_duration, parse_instant
 from ._errors import InvalidInput, RunFailedError, WorkflowTimeoutError
+from ._limits import TimeUp, within
 from ._models import Run
 from ._queues import Queue, check_unqueued
 from ._records import NewRun
@@ -235,22 +235,10 @@ class RunHandle(Generic[Out]):
                 return run
             raise self._timed_out(limit, run)
         read: list[Run] = []  # the run as last read
-        # The limit holds for the reads too: over a frozen network a read waits for the
-        # engine's statement deadline (30 s), and the caller asked for `limit`. A read the
-        # limit cuts short ends in the background: psycopg's cancel of a statement on a
-        # frozen connection takes it 10 s more.
-        waiting = asyncio.ensure_future(self._until_done(read))
-        waiting.add_done_callback(_retrieve)
-        deadline = asyncio.timeout(limit)
         try:
-            async with deadline:
-                return await asyncio.shield(waiting)
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-        finally:
-            waiting.cancel()  # ended already, unless the limit or the caller's cancel came
-        raise self._timed_out(limit or 0.0, read[-1] if read else None)
+            return await within(limit, self._until_done(read))
+        except TimeUp:
+            raise self._timed_out(limit or 0.0, read[-1] if read else None) from None
 
     def _timed_out(self, limit: float, run: Run | None) -> WorkflowTimeoutError:
         status = f"still {run.status}" if run else "not read yet"
@@ -279,9 +267,3 @@ class RunHandle(Generic[Out]):
             raise RunFailedError(run.run_id, run.status, run.error)
         value: Out = validate(self.output_type, run.output, f"the output of run {run.run_id}")
         return value
-
-
-def _retrieve(task: asyncio.Future[Run]) -> None:
-    """Its outcome is read, or else not wanted (a wait cut short): never logged as lost."""
-    if not task.cancelled():
-        task.exception()

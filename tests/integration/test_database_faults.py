@@ -326,3 +326,25 @@ async def test_a_result_awaited_over_a_frozen_network_times_out_when_asked(
         with pytest.raises(WorkflowTimeoutError):
             await asyncio.wait_for(handle.result(timeout=0.2), scaled(3))
         fault_proxy.thaw()
+
+
+async def test_an_event_awaited_over_a_frozen_network_is_none_when_asked(
+    pg_url: str, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`get_event(timeout=)` bounds the whole call, as `result(timeout=)` does: with the
+    network frozen, the event is not known when the timeout passes (None), not when a
+    statement deadline does (DatabaseUnavailable; 2 s here, 30 s in production)."""
+    monkeypatch.setattr(transactions, "STATEMENT_S", scaled(2))
+    app = Durably(fault_proxy.url_for(pg_url))
+
+    @app.workflow(name="never-run", version="v1")
+    async def never_run(ctx: Any) -> int:
+        return 1
+
+    async with app:
+        handle = await never_run.start()  # no worker: it sets no event
+        fault_proxy.freeze()
+        value = await asyncio.wait_for(app.get_event(handle.run_id, "k", timeout=0.2), scaled(3))
+        assert value is None
+        fault_proxy.thaw()
+        assert await app.get_event(handle.run_id, "k", timeout=0) is None
