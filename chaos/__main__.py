@@ -204,6 +204,8 @@ def _signal_results(load: workload.LoadGenerator) -> dict[str, int]:
     for plan in load.plans.values():
         for sent in plan.sent:
             how = "delivered to a waiting run" if sent["delivered_to"] else "buffered"
+            if sent.get("found"):
+                how = "plain send found stored after its reply was lost"
             counts["duplicate (a retried send)" if sent["duplicate"] else how] += 1
     return dict(sorted(counts.items()))
 

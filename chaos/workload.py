@@ -273,7 +273,8 @@ class Plan:
     expect_error: str | None = None  # the error type of a run that must fail
     deadline_s: float | None = None
     cancel_after: float | None = None
-    signals: list[tuple[str, Any]] = field(default_factory=list)  # (idempotency key, data)
+    # (idempotency key, data); no key: a plain send, looked up after a lost reply
+    signals: list[tuple[str | None, Any]] = field(default_factory=list)
     signal_after_wait: bool = False
     sent: list[dict[str, Any]] = field(default_factory=list)  # what each send reported
     run_id: str | None = None
@@ -306,8 +307,10 @@ def _gather(rng: random.Random) -> Plan:
 def _signals(rng: random.Random, key: str) -> Plan:
     topic = f"topic:{key}"
     data = [{"topic": topic, "n": 1}, {"topic": topic, "n": 2}]
+    keyed = rng.random() < 0.5  # else plain sends: one statement each (see `_send`)
+    keys = [f"{key}:1", f"{key}:2"] if keyed else [None, None]
     return Plan("", "chaos-signals", {"topic": topic}, expect_output=[*data, {"own": topic}],
-                signals=[(f"{key}:1", data[0]), (f"{key}:2", data[1])],
+                signals=list(zip(keys, data, strict=True)),
                 signal_after_wait=rng.random() < 0.5)  # fmt: skip
 
 
@@ -431,7 +434,8 @@ class LoadGenerator:
         if plan.signals:  # the first signal is sent before the run starts: buffered
             key, data = plan.signals[0]
             plan.sent.append(await self._send(data, key))
-            if self.plant == "double-signal" and not self._planted and plan.cancel_after is None:
+            if (self.plant == "double-signal" and not self._planted and key is not None
+                    and plan.cancel_after is None):  # fmt: skip
                 self._planted = True  # planted: the same signal delivered a second time
                 await self._send(data, f"{key}+")
         deadline = None
@@ -452,11 +456,25 @@ class LoadGenerator:
             await self._cancel(plan)
         await self._until(plan, None)
 
-    async def _send(self, data: dict[str, Any], key: str) -> dict[str, Any]:
-        sent: dict[str, Any] = await self._retry(
-            self.client.send_signal, data["topic"], data, idempotency_key=key
-        )
-        return sent
+    async def _send(self, data: dict[str, Any], key: str | None) -> dict[str, Any]:
+        """Send once. A keyed send is simply sent again through an outage (the key makes it
+        once); a plain one whose reply was lost may have been stored: it is looked for
+        among the topic's signals before it is sent again, as a careful client would."""
+        topic = data["topic"]
+        if key is not None:
+            sent: dict[str, Any] = await self._retry(
+                self.client.send_signal, topic, data, idempotency_key=key
+            )
+            return sent
+        while True:
+            try:
+                sent = await self.client.send_signal(topic, data)
+                return sent
+            except DatabaseUnavailable:
+                self.retried += 1
+            stored = await self._retry(self.client.list_signals, topic, pending=False)
+            if any(s["data"] == data for s in stored):
+                return {"delivered_to": [], "buffered": False, "duplicate": False, "found": True}
 
     async def _until(self, plan: Plan, status_ok: Any) -> None:
         """Poll the run until `status_ok(status)` (None: until it is done)."""
