@@ -20,7 +20,7 @@ import inspect
 import logging
 import typing
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -93,7 +93,6 @@ class Command:
     step_context: StepContext | None = None
     value: Any = None
     settled: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class StepCall(Generic[T]):
