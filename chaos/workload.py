@@ -5,8 +5,10 @@ Every step body (and every compensation) notes each execution in the ledger (`le
 engine's transaction.
 
 The load generator keeps starting runs of a mixed workload, each from a `Plan` that says
-what the run must end as. Every start and signal carries an idempotency key, so a call
-retried through a database outage is never doubled by the soak itself.
+what the run must end as. Every start carries an idempotency key, and so do half the
+signals, so a call retried through a database outage is never doubled by the soak itself;
+the other half are plain sends, looked for among the stored signals before they are sent
+again (`_send`).
 
 Configured by environment (workers and the soak alike): DURABLY_DATABASE_URL, WORKER_NAME,
 CHAOS_LEDGER (the ledger directory), CHAOS_PLANT (a planted fault, see `PLANTS`),
@@ -412,16 +414,12 @@ class LoadGenerator:
 
     async def _retry(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         """`await call(*args, **kwargs)`, again while the database is unavailable."""
-        pause, give_up = 0.2, time.monotonic() + 180
+        outage = _Outage(self)
         while True:
             try:
                 return await call(*args, **kwargs)
-            except DatabaseUnavailable:
-                if time.monotonic() > give_up:
-                    raise
-                self.retried += 1
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 2.0)
+            except DatabaseUnavailable as exc:
+                await outage.pause(exc)
 
     async def _drive(self, plan: Plan) -> None:
         try:
@@ -466,12 +464,13 @@ class LoadGenerator:
                 self.client.send_signal, topic, data, idempotency_key=key
             )
             return sent
+        outage = _Outage(self)
         while True:
             try:
                 sent = await self.client.send_signal(topic, data)
                 return sent
-            except DatabaseUnavailable:
-                self.retried += 1
+            except DatabaseUnavailable as exc:
+                await outage.pause(exc)
             stored = await self._retry(self.client.list_signals, topic, pending=False)
             if any(s["data"] == data for s in stored):
                 return {"delivered_to": [], "buffered": False, "duplicate": False, "found": True}
@@ -503,3 +502,20 @@ class LoadGenerator:
                 doubt = True
                 self.retried += 1
                 await asyncio.sleep(0.5)
+
+
+class _Outage:
+    """Pauses between tries of one call through a database outage, 0.2 s doubling to 2 s,
+    each counted as a retried call; the error again once 180 s have passed."""
+
+    def __init__(self, load: LoadGenerator) -> None:
+        self._load = load
+        self._pause = 0.2
+        self._give_up = time.monotonic() + 180
+
+    async def pause(self, error: DatabaseUnavailable) -> None:
+        if time.monotonic() > self._give_up:
+            raise error
+        self._load.retried += 1
+        await asyncio.sleep(self._pause)
+        self._pause = min(self._pause * 2, 2.0)
