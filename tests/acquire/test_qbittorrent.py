@@ -63,7 +63,12 @@ class Swarm:
         return content, torrent, str(t.infohash)
 
     def connect(self, info_hash: str) -> None:
-        """Point the downloader at the seeder once it has the torrent (no DHT here)."""
+        """Point the downloader at the seeder once it has the torrent (no DHT here).
+
+        Given once: libtorrent tries a peer again only (failures + 1) x 60 s after a failed
+        attempt (a refused first attempt delayed the download by 115 s), so a download
+        left at 0 % while the seeder listens points here first.
+        """
         api = self.downloader.api()
         eventually_sync(lambda: api.torrents_info(torrent_hashes=info_hash), timeout=30,
                         what="the downloader to have the torrent")  # fmt: skip
