@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -76,6 +77,17 @@ def eventually_sync(
             return last
         time.sleep(0.02)
     raise AssertionError(f"timed out after {limit:g}s waiting for {what} (last: {last!r})")
+
+
+def tail(path: Path, lines: int = 40, drop: str | None = None) -> str:
+    """The last `lines` lines of a log (less those containing `drop`) under a header
+    naming it, or that it does not exist."""
+    if not path.exists():
+        return f"== {path}: does not exist =="
+    text = [t for t in path.read_text(errors="replace").splitlines()
+            if drop is None or drop not in t]  # fmt: skip
+    return "\n".join([f"== {path} (last {min(lines, len(text))} of {len(text)} lines) ==",
+                      *text[-lines:]])  # fmt: skip
 
 
 def let_go(log: str, run_id: str = "") -> bool:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import qbittorrentapi
 
-from tests.helpers import eventually_sync, scaled
+from tests.helpers import eventually_sync, scaled, tail
 from tests.pgcluster import free_port
 from tests.processes import Processes
 
@@ -90,6 +90,24 @@ class Daemon:
         except qbittorrentapi.APIConnectionError:
             return False  # not listening yet
         return True
+
+    def diagnostics(self) -> str:
+        """Its torrents as its API shows them (state, progress, peers) and its log's tail."""
+        try:
+            torrents = (
+                "\n".join(
+                    f"{t.hash} {t.name!r} state={t.state} progress={t.progress:.3f} "
+                    f"seeds={t.num_seeds} peers={t.num_leechs} tags={t.tags!r}"
+                    for t in self.api().torrents_info()
+                )
+                or "(none)"
+            )
+        except qbittorrentapi.APIError as exc:
+            torrents = f"the API failed: {exc!r}"
+        log = self.profile / "qBittorrent" / "data" / "logs" / "qbittorrent.log"
+        alive = "running" if self.proc and self.proc.poll() is None else "not running"
+        log_tail = tail(log, 25, drop="WebAPI login success")  # a line per API client
+        return f"{self.root.name} ({alive}) torrents:\n{torrents}\n{log_tail}"
 
     def api(self) -> qbittorrentapi.Client:
         """A client of this daemon's WebUI, over plain HTTP.

@@ -15,7 +15,7 @@ import torf
 from acquire import files, library
 from tests import qbt
 from tests.acquire.conftest import ROOT, Acquire
-from tests.helpers import eventually_sync
+from tests.helpers import eventually_sync, tail
 from tests.processes import Processes
 
 pytestmark = pytest.mark.skipif(
@@ -63,11 +63,21 @@ class Swarm:
         return content, torrent, str(t.infohash)
 
     def connect(self, info_hash: str) -> None:
-        """Point the downloader at the seeder once it has the torrent (no DHT here)."""
+        """Point the downloader at the seeder once it has the torrent (no DHT here).
+
+        Given once: libtorrent tries a peer again only (failures + 1) x 60 s after a failed
+        attempt (a refused first attempt delayed the download by 115 s), so a download
+        left at 0 % while the seeder listens points here first.
+        """
         api = self.downloader.api()
         eventually_sync(lambda: api.torrents_info(torrent_hashes=info_hash), timeout=30,
                         what="the downloader to have the torrent")  # fmt: skip
         api.torrents_add_peers(peers=f"127.0.0.1:{self.seeder.bt_port}", torrent_hashes=info_hash)
+
+    def diagnostics(self) -> str:
+        """What tells a hook that never ran or failed from a download that never ended."""
+        return "\n".join([tail(self.work / "hook.log"), self.seeder.diagnostics(),
+                          self.downloader.diagnostics()])  # fmt: skip
 
     def env(self) -> dict[str, str]:
         return {"QBITTORRENT_URL": self.downloader.url, "QBITTORRENT_PASSWORD": qbt.PASSWORD,
