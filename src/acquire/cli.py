@@ -9,13 +9,20 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import typer
 from pydantic import ValidationError
 
-from durably import DurablyError, RunNotFound, RunTerminalError, parse_duration
+from durably import (
+    DatabaseUnavailable,
+    DurablyError,
+    RunNotFound,
+    RunTerminalError,
+    parse_duration,
+)
 
 from . import library, naming, view
 from .torrents import BadSource, resolve
@@ -248,6 +255,12 @@ def worker(concurrency: int = typer.Option(4, "--concurrency", min=1),
     _run(go())
 
 
+# How long the finish hook keeps trying through a database outage. qBittorrent runs it
+# once; after that, only the order's next check (up to ACQUIRE_POLL_MAX apart) sees that
+# the download finished.
+NOTIFY_TRIES_S = 120.0
+
+
 @cli.command()
 def notify(
     info_hash: str = typer.Argument(..., help="the torrent's info hash (qBittorrent's %I)"),
@@ -265,15 +278,33 @@ def notify(
         if order_id is None:
             fail(f"no acquire order is tagged on torrent {info_hash}", 1)
 
-    async def go() -> Any:
-        async with app:
-            return await app.send_signal(
-                f"download-done:{order_id}", {"hash": info_hash, "content_path": content_path},
-                idempotency_key=f"done:{info_hash}",
-            )  # fmt: skip
+    async def send() -> Any:
+        return await app.send_signal(
+            f"download-done:{order_id}", {"hash": info_hash, "content_path": content_path},
+            idempotency_key=f"done:{info_hash}",  # sent again through an outage: once
+        )  # fmt: skip
 
-    result = _run(go())
+    result = _run(_through_outages(send, NOTIFY_TRIES_S))
     typer.echo(json.dumps(result))
+
+
+async def _through_outages(call: Callable[[], Awaitable[Any]], give_up_s: float) -> Any:
+    """`await call()` on the app, again (0.5 s doubling to 10 s apart) while the database is
+    unavailable, for up to `give_up_s`; the app is closed after."""
+    loop = asyncio.get_running_loop()
+    give_up, pause = loop.time() + give_up_s, 0.5
+    try:
+        while True:
+            try:
+                return await call()
+            except DatabaseUnavailable as exc:
+                if loop.time() + pause > give_up:
+                    raise
+                typer.echo(f"{exc}; trying again in {pause:g}s", err=True)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 10.0)
+    finally:
+        await app.close()
 
 
 @cli.command()
