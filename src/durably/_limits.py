@@ -20,9 +20,8 @@ class TimeUp(Exception):
 
 
 async def within(limit: float | None, work: Coroutine[Any, Any, T]) -> T:
-    """`await work`, for at most `limit` seconds (None: no limit); TimeUp after."""
-    if limit is None:
-        return await work
+    """`await work`, for at most `limit` seconds (None: no limit); TimeUp after. A caller
+    cancelled (by a limit of its own) has control back at once too."""
     task = asyncio.ensure_future(work)
     task.add_done_callback(_retrieve)
     deadline = asyncio.timeout(limit)

@@ -328,12 +328,14 @@ async def test_a_result_awaited_over_a_frozen_network_times_out_when_asked(
         fault_proxy.thaw()
 
 
-async def test_an_event_awaited_over_a_frozen_network_is_none_when_asked(
+async def test_an_event_awaited_over_a_frozen_network_ends_when_asked(
     pg_url: str, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`get_event(timeout=)` bounds the whole call, as `result(timeout=)` does: with the
-    network frozen, the event is not known when the timeout passes (None), not when a
-    statement deadline does (DatabaseUnavailable; 2 s here, 30 s in production)."""
+    network frozen, the call ends when the timeout passes, not when a statement deadline
+    does (2 s here, 30 s in production) nor psycopg's cancel of the read (10 s more). Its
+    answer is DatabaseUnavailable, not None: nothing was read, so nobody knows whether the
+    run set the event."""
     monkeypatch.setattr(transactions, "STATEMENT_S", scaled(2))
     app = Durably(fault_proxy.url_for(pg_url))
 
@@ -344,7 +346,34 @@ async def test_an_event_awaited_over_a_frozen_network_is_none_when_asked(
     async with app:
         handle = await never_run.start()  # no worker: it sets no event
         fault_proxy.freeze()
-        value = await asyncio.wait_for(app.get_event(handle.run_id, "k", timeout=0.2), scaled(3))
-        assert value is None
+        with pytest.raises(DatabaseUnavailable, match=r"could not be read within 0\.2s"):
+            await asyncio.wait_for(app.get_event(handle.run_id, "k", timeout=0.2), scaled(3))
         fault_proxy.thaw()
         assert await app.get_event(handle.run_id, "k", timeout=0) is None
+
+
+async def test_a_result_wait_cancelled_by_its_caller_over_a_frozen_network_ends_at_once(
+    pg_url: str, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`result()` with no timeout of its own, bounded by the caller (`wait_for`, a web
+    request cancelled): the caller has control back at once, not after psycopg's cancel
+    of the read on the frozen connection (10 s); the read ends in the background."""
+    monkeypatch.setattr(transactions, "STATEMENT_S", scaled(20))
+    app = Durably(fault_proxy.url_for(pg_url))
+
+    @app.workflow(name="never-run", version="v1")
+    async def never_run(ctx: Any) -> int:
+        return 1
+
+    async with app:
+        handle = await never_run.start()  # no worker: it stays pending
+        app.end_watch._marks = False  # the wait reads the run, then waits for its end
+        with pytest.raises(WorkflowTimeoutError):  # the app's listener is up: next, a read
+            await handle.result(timeout=0.05)
+        fault_proxy.freeze()
+        call = asyncio.ensure_future(asyncio.wait_for(handle.result(), 0.2))
+        done, _ = await asyncio.wait([call], timeout=scaled(3))
+        fault_proxy.thaw()
+        assert call in done, "the caller's own bound did not give it control back"
+        with pytest.raises(TimeoutError):
+            call.result()
