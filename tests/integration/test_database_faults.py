@@ -4,11 +4,12 @@ lock contention between heartbeats and group commits, errors of every kind class
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,14 @@ import psycopg
 import psycopg_pool
 import pytest
 
-from durably import DatabaseUnavailable, Durably, RetryPolicy, RunFailedError, WorkflowTimeoutError
+from durably import (
+    DatabaseUnavailable,
+    Durably,
+    RetryPolicy,
+    RunFailedError,
+    RunHandle,
+    WorkflowTimeoutError,
+)
 from durably.backends.postgres import connector as pg
 from durably.backends.postgres import transactions
 from durably.backends.postgres.transactions import PgTx
@@ -302,6 +310,19 @@ async def test_a_conflict_leaves_the_pools_alone(
     assert failures == [0] and drains == []
 
 
+@contextlib.asynccontextmanager
+async def _a_pending_run(url: str) -> AsyncIterator[tuple[Durably, RunHandle[int]]]:
+    """An app on `url`, and a run of it that stays pending (no worker) and sets no event."""
+    app = Durably(url)
+
+    @app.workflow(name="never-run", version="v1")
+    async def never_run(ctx: Any) -> int:
+        return 1
+
+    async with app:
+        yield app, await never_run.start()
+
+
 @pytest.mark.parametrize("meets", ["mark", "read"])
 async def test_a_result_awaited_over_a_frozen_network_times_out_when_asked(
     pg_url: str, fault_proxy: FaultProxy, monkeypatch: pytest.MonkeyPatch, meets: str
@@ -312,14 +333,7 @@ async def test_a_result_awaited_over_a_frozen_network_times_out_when_asked(
     read (10 s). The timeout meets the end watch's mark of the run (`mark`), or a read (the
     mark left out, as for a read after a wake-up)."""
     monkeypatch.setattr(transactions, "STATEMENT_S", scaled(2))
-    app = Durably(fault_proxy.url_for(pg_url))
-
-    @app.workflow(name="never-run", version="v1")
-    async def never_run(ctx: Any) -> int:
-        return 1
-
-    async with app:
-        handle = await never_run.start()  # no worker: it stays pending
+    async with _a_pending_run(fault_proxy.url_for(pg_url)) as (app, handle):
         if meets == "read":
             app.end_watch._marks = False
         fault_proxy.freeze()
@@ -337,14 +351,7 @@ async def test_an_event_awaited_over_a_frozen_network_ends_when_asked(
     answer is DatabaseUnavailable, not None: nothing was read, so nobody knows whether the
     run set the event."""
     monkeypatch.setattr(transactions, "STATEMENT_S", scaled(2))
-    app = Durably(fault_proxy.url_for(pg_url))
-
-    @app.workflow(name="never-run", version="v1")
-    async def never_run(ctx: Any) -> int:
-        return 1
-
-    async with app:
-        handle = await never_run.start()  # no worker: it sets no event
+    async with _a_pending_run(fault_proxy.url_for(pg_url)) as (app, handle):
         fault_proxy.freeze()
         with pytest.raises(DatabaseUnavailable, match=r"could not be read within 0\.2s"):
             await asyncio.wait_for(app.get_event(handle.run_id, "k", timeout=0.2), scaled(3))
@@ -359,14 +366,7 @@ async def test_a_result_wait_cancelled_by_its_caller_over_a_frozen_network_ends_
     request cancelled): the caller has control back at once, not after psycopg's cancel
     of the read on the frozen connection (10 s); the read ends in the background."""
     monkeypatch.setattr(transactions, "STATEMENT_S", scaled(20))
-    app = Durably(fault_proxy.url_for(pg_url))
-
-    @app.workflow(name="never-run", version="v1")
-    async def never_run(ctx: Any) -> int:
-        return 1
-
-    async with app:
-        handle = await never_run.start()  # no worker: it stays pending
+    async with _a_pending_run(fault_proxy.url_for(pg_url)) as (app, handle):
         app.end_watch._marks = False  # the wait reads the run, then waits for its end
         with pytest.raises(WorkflowTimeoutError):  # the app's listener is up: next, a read
             await handle.result(timeout=0.05)
