@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._codec import encode
 from ._durations import Duration, parse_duration
-from ._errors import DatabaseUnavailable, InvalidInput
+from ._errors import InvalidInput, WorkflowTimeoutError
 from ._limits import TimeUp, within
 from ._models import TERMINAL, Run
 from ._operations import Operations, Signal
@@ -104,28 +104,30 @@ class OperatingApi:
     async def get_event(self, run_id: str, key: str, timeout: Duration | None = None) -> Any:
         """The latest value run `run_id` set for `key` (`ctx.step.set_event`); if it has
         set none yet, wait for the first (None once `timeout` has passed). The timeout
-        bounds the whole call, reads included.
+        bounds the whole call, connecting and reading included.
 
         Raises:
             RunNotFound: no such run.
-            DatabaseUnavailable: the events could not be read at all within `timeout`.
+            WorkflowTimeoutError: `timeout` passed before the events could be read at all
+                (None would say the run set none).
         """
-        await self.open()
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
         if limit is not None and limit <= 0:  # no waiting: the event as it is, once
+            await self.open()
             await self.get_run(run_id)
             return (await self.operations.get_event(run_id, key))[1]
         read: list[bool] = []  # whether the events were read at all
         try:
             return await within(limit, self._first_event(run_id, key, read))
         except TimeUp:
-            if not read:  # None would say the run set none: nobody knows
-                raise DatabaseUnavailable(
+            if not read:
+                raise WorkflowTimeoutError(
                     f"the events of run {run_id} could not be read within {limit:g}s"
                 ) from None
             return None
 
     async def _first_event(self, run_id: str, key: str, read: list[bool]) -> Any:
+        await self.open()
         await self.get_run(run_id)
         ops = self.operations
         found, value = await ops.get_event(run_id, key)

@@ -31,7 +31,7 @@ async def test_events_are_durable_latest_wins_and_wake_a_waiting_reader(db_url: 
 
     async with app:
         handle = await progress.start()
-        assert await app.get_event(handle.run_id, "progress", timeout="50ms") is None
+        assert await app.get_event(handle.run_id, "progress", timeout=duration(0.2)) is None
         reader = asyncio.create_task(app.get_event(handle.run_id, "progress", timeout=scaled(10)))
         async with app.worker():
             assert (await reader) in ({"done": 0}, {"done": 1})  # woken by the first
