@@ -192,3 +192,14 @@ async def test_an_older_releases_migrator_is_not_held_up_by_the_build(
     assert await migrating == ["0011_claim_by_namespace.sql"]
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         assert await _indexes(conn) == dict.fromkeys(NEW, True)
+
+
+async def test_opening_an_app_on_a_current_schema_takes_no_lock(pg_url: str) -> None:
+    """Every `durably`/`acquire` command opens an app: on a schema with every migration
+    applied, that is one read, not the migration lock, DDL and a commit. It went on trying
+    for the lock while another migrator held it (a hook of qBittorrent's, say, while a
+    deploy migrates), although it had nothing to apply."""
+    assert await Durably(pg_url).connector.migrate() != []
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as holder:
+        await holder.execute("SELECT pg_advisory_lock(hashtext('durably-migrate:durably'))")
+        assert await asyncio.wait_for(Durably(pg_url).connector.migrate(), scaled(5)) == []

@@ -78,6 +78,8 @@ class Migrator:
         committed."""
         schema = sql.Identifier(self.schema)
         async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as conn:
+            if await self._all_applied(conn):
+                return
             await self._lock_migrations(conn)  # released as the connection closes
             async with conn.transaction():
                 await self._exclude_older_releases(conn)
@@ -116,6 +118,17 @@ class Migrator:
                         await conn.execute(sql.SQL(text).format(schema=schema))
                         await self._record(conn, version, name)
                 applied.extend(name for _, name, _ in batch)
+
+    async def _all_applied(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Whether every migration of this release is applied already: then opening an app
+        (every CLI call) is one read, with no lock and no DDL (a newer release's migrations
+        may be applied too: they are no concern of this one)."""
+        query = sql.SQL("SELECT version FROM {}.migrations").format(sql.Identifier(self.schema))
+        try:
+            done = {row[0] for row in await (await conn.execute(query)).fetchall()}
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            return False  # a new schema
+        return all(m[0] in done for m in _queries.migrations(f"{__package__}"))
 
     async def _lock_migrations(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Take the schema's migration lock for the session, against the migrators of this
