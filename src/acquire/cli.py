@@ -290,19 +290,24 @@ def notify(
 
 async def _through_outages(call: Callable[[], Awaitable[Any]], give_up_s: float) -> Any:
     """`await call()` on the app, again (0.5 s doubling to 10 s apart) while the database is
-    unavailable, for up to `give_up_s`; the app is closed after."""
-    loop = asyncio.get_running_loop()
-    give_up, pause = loop.time() + give_up_s, 0.5
+    unavailable, all within `give_up_s` (a frozen network included: a send waits for its
+    name's lock with no deadline of its own); the app is closed after."""
+    deadline, last = asyncio.timeout(give_up_s), "no answer"
     try:
-        while True:
-            try:
-                return await call()
-            except DatabaseUnavailable as exc:
-                if loop.time() + pause > give_up:
-                    raise
-                typer.echo(f"{exc}; trying again in {pause:g}s", err=True)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 10.0)
+        async with deadline:
+            pause = 0.5
+            while True:
+                try:
+                    return await call()
+                except DatabaseUnavailable as exc:
+                    last = str(exc)
+                    typer.echo(f"{exc}; trying again in {pause:g}s", err=True)
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 10.0)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise DatabaseUnavailable(f"gave up after {give_up_s:g}s: {last}") from None
     finally:
         await app.close()
 
