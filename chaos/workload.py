@@ -464,16 +464,20 @@ class LoadGenerator:
                 self.client.send_signal, topic, data, idempotency_key=key
             )
             return sent
-        outage = _Outage(self)
+        outage = _Outage(self)  # one give-up for the sends and the look-ups
+        maybe_sent = False  # a send failed: it may have been stored all the same
         while True:
             try:
+                if maybe_sent:
+                    stored = await self.client.list_signals(topic, pending=False)
+                    if any(s["data"] == data for s in stored):
+                        return {"delivered_to": [], "buffered": False, "duplicate": False,
+                                "found": True}  # fmt: skip
                 sent = await self.client.send_signal(topic, data)
                 return sent
             except DatabaseUnavailable as exc:
+                maybe_sent = True
                 await outage.pause(exc)
-            stored = await self._retry(self.client.list_signals, topic, pending=False)
-            if any(s["data"] == data for s in stored):
-                return {"delivered_to": [], "buffered": False, "duplicate": False, "found": True}
 
     async def _until(self, plan: Plan, status_ok: Any) -> None:
         """Poll the run until `status_ok(status)` (None: until it is done)."""
