@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -63,29 +62,19 @@ class Swarm:
                         what="the seeder to check its data")  # fmt: skip
         return content, torrent, str(t.infohash)
 
-    def connect(self, info_hash: str, reach: bool = True) -> None:
-        """Point the downloader at the seeder once it has the torrent (no DHT here). With
-        `reach`, until it has some of the data or a seed: libtorrent tries a refused peer
-        again only (failures + 1) x 60 s later (a refused first attempt delayed a download
-        by 115 s), so the peer is given again every second until then."""
+    def connect(self, info_hash: str, both_ways: bool = True) -> None:
+        """Point the downloader at the seeder once it has the torrent (no DHT here), and
+        the seeder at the downloader: libtorrent tries a refused peer again only (failures
+        + 1) x 60 s later (a refused first attempt delayed a download by 115 s), and a
+        connection from the other side does not wait for that."""
         api = self.downloader.api()
         eventually_sync(lambda: api.torrents_info(torrent_hashes=info_hash), timeout=30,
                         what="the downloader to have the torrent")  # fmt: skip
-        peer, given = f"127.0.0.1:{self.seeder.bt_port}", [-1.0]
-        if not reach:
-            api.torrents_add_peers(peers=peer, torrent_hashes=info_hash)
-            return
-
-        def reached() -> bool:
-            found = api.torrents_info(torrent_hashes=info_hash)
-            if found and (found[0].progress > 0 or found[0].num_seeds > 0):
-                return True
-            if time.monotonic() - given[0] >= 1.0:
-                api.torrents_add_peers(peers=peer, torrent_hashes=info_hash)
-                given[0] = time.monotonic()
-            return False
-
-        eventually_sync(reached, timeout=60, what="the downloader to reach the seeder")
+        api.torrents_add_peers(peers=f"127.0.0.1:{self.seeder.bt_port}", torrent_hashes=info_hash)
+        if both_ways:
+            self.seeder.api().torrents_add_peers(
+                peers=f"127.0.0.1:{self.downloader.bt_port}", torrent_hashes=info_hash
+            )
 
     def diagnostics(self) -> str:
         """What tells a hook that never ran or failed from a download that never ended."""
@@ -223,7 +212,7 @@ def test_stalled_download_fails_and_is_cleaned(acq: Acquire, swarm: Swarm) -> No
     swarm.seeder.proc.wait(timeout=30)
     acq.worker("A")
     _add(acq, torrent, "q6", "--stall", "2s")
-    swarm.connect(info_hash, reach=False)  # its only peer is gone
+    swarm.connect(info_hash, both_ways=False)  # the seeder is gone
     eventually_sync(lambda: acq.order("q6")["status"] == "failed", timeout=60, what="the stall")
     order = acq.order("q6")
     assert order["state"] == "stalled"
