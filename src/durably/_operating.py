@@ -112,11 +112,9 @@ class OperatingApi:
                 (None would say the run set none).
         """
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
-        if limit is not None and limit <= 0:  # no waiting: the event as it is, once
-            await self.open()
-            await self.get_run(run_id)
-            return (await self.operations.get_event(run_id, key))[1]
         read: list[bool] = []  # whether the events were read at all
+        if limit is not None and limit <= 0:  # no waiting: the event as it is, once
+            return (await self._read_event(run_id, key, read))[1]
         try:
             return await within(limit, self._first_event(run_id, key, read))
         except TimeUp:
@@ -126,17 +124,21 @@ class OperatingApi:
                 ) from None
             return None
 
-    async def _first_event(self, run_id: str, key: str, read: list[bool]) -> Any:
+    async def _read_event(self, run_id: str, key: str, read: list[bool]) -> tuple[bool, Any]:
+        """(whether run `run_id` has set `key`, its value); RunNotFound. `read` notes it."""
         await self.open()
         await self.get_run(run_id)
-        ops = self.operations
-        found, value = await ops.get_event(run_id, key)
+        found = await self.operations.get_event(run_id, key)
         read.append(True)
+        return found
+
+    async def _first_event(self, run_id: str, key: str, read: list[bool]) -> Any:
+        found, value = await self._read_event(run_id, key, read)
         if found:
             return value
         async with self.end_watch.watching_events(run_id) as changed:  # the app's listener
             while True:
-                found, value = await ops.get_event(run_id, key)
+                found, value = await self.operations.get_event(run_id, key)
                 if found:
                     return value
                 changed.clear()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.acquire.conftest import Acquire
@@ -16,7 +15,7 @@ from tests.processes import Processes
 
 def _hook(acq: Acquire) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "acquire.cli", "notify", "abc123", "--id", "q9"],
+        [*acq.cli_argv(), "notify", "abc123", "--id", "q9"],
         env=acq.env(), cwd=acq.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 

@@ -92,10 +92,7 @@ class Migrator:
                         " DEFAULT now())"
                     ).format(schema)
                 )
-                cur = await conn.execute(
-                    sql.SQL("SELECT version FROM {}.migrations").format(schema)
-                )
-                done = {row[0] for row in await cur.fetchall()}
+                done = await self._versions(conn)
             pending = [m for m in _queries.migrations(f"{__package__}") if m[0] not in done]
             while pending:
                 version, name, text = pending.pop(0)
@@ -109,10 +106,7 @@ class Migrator:
                 async with conn.transaction():
                     await self._exclude_older_releases(conn)
                     await self._short_lock_waits(conn)
-                    cur = await conn.execute(
-                        sql.SQL("SELECT version FROM {}.migrations").format(schema)
-                    )
-                    done = {row[0] for row in await cur.fetchall()}  # an older release's too
+                    done = await self._versions(conn)  # an older release's too
                     batch = [m for m in batch if m[0] not in done]
                     for version, name, text in batch:
                         await conn.execute(sql.SQL(text).format(schema=schema))
@@ -123,12 +117,16 @@ class Migrator:
         """Whether every migration of this release is applied already: then opening an app
         (every CLI call) is one read, with no lock and no DDL (a newer release's migrations
         may be applied too: they are no concern of this one)."""
-        query = sql.SQL("SELECT version FROM {}.migrations").format(sql.Identifier(self.schema))
         try:
-            done = {row[0] for row in await (await conn.execute(query)).fetchall()}
+            done = await self._versions(conn)
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
             return False  # a new schema
         return all(m[0] in done for m in _queries.migrations(f"{__package__}"))
+
+    async def _versions(self, conn: psycopg.AsyncConnection[Any]) -> set[int]:
+        """The versions recorded as applied."""
+        query = sql.SQL("SELECT version FROM {}.migrations").format(sql.Identifier(self.schema))
+        return {row[0] for row in await (await conn.execute(query)).fetchall()}
 
     async def _lock_migrations(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Take the schema's migration lock for the session, against the migrators of this
