@@ -129,12 +129,13 @@ class Durably(OperatingApi):
     def __repr__(self) -> str:
         return f"<Durably {self.connector.dialect} schema={self.connector.schema}>"
 
-    def rebind(self, url: str) -> Durably:
-        """Point this (not yet opened) app at another database; the app itself."""
+    def rebind(self, url: str, schema: str | None = None) -> Durably:
+        """Point this (not yet opened) app at another database (and schema); the app."""
         if self._opened:
             raise RuntimeError("rebind() must come before the app connects")
         self.url = url
-        self.connector = connect(url, self.connector.schema, self.clock, self._pool_size)
+        schema = self.connector.schema if schema is None else schema
+        self.connector = connect(url, schema, self.clock, self._pool_size)
         self.store = Store(self.connector, self.namespace)
         self.end_watch = EndWatch(self.connector, self.store.channel)
         return self

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import uuid
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from . import _retention
@@ -160,7 +161,7 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 await self.app.open()
-                await QueueClaims(self.app.store).declare(self._queues(), self.lease_s)
+                await self.declare_queues(self.lease_s)
                 return
             except DatabaseUnavailable as exc:
                 log.warning("%s; retrying in %.1fs", exc, delay)
@@ -173,6 +174,15 @@ class Worker:
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def next_due(self) -> tuple[datetime | None, datetime]:
+        """When a run this worker serves may next be claimable, its queues' included
+        (None: nothing known), and the database's time."""
+        return await self._claimer.next_due()
+
+    async def declare_queues(self, ttl: float) -> None:
+        """Declare this worker's queues for `ttl` seconds from now (database time)."""
+        await QueueClaims(self.app.store).declare(self._queues(), ttl)
 
     def next_change(self) -> asyncio.Future[None]:
         """A future done at this worker's next change of activity: a run it starts or

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from durably import ConfigurationError, Durably, WorkflowContext
@@ -72,3 +73,64 @@ async def test_a_signal_sent_before_skipping_wins(sqlite_url: str) -> None:
 def test_bad_database_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="sqlite"):
         Environment(Durably(), database="mysql://x")
+
+
+async def test_skip_time_sees_queued_workflows(env_db: str) -> None:
+    """Issue 31: `next_due` skipped runs of declared queues, so `skip_time()` returned 0
+    and `auto_skip` hung; on PostgreSQL a jump while a queued run was claimed lost its
+    lease."""
+    app = Durably()
+    orders = app.queue("orders", concurrency=2, per_key=1)
+
+    @app.workflow(name="order", version="v1", queue=orders)
+    async def order(ctx: WorkflowContext, order_id: str) -> str:
+        await ctx.step.run("validate", str.upper, order_id)
+        await ctx.step.sleep("cool-off", "2 days")
+        return await ctx.step.run("ship", str.upper, f"shipped {order_id}")
+
+    async with Environment(app, database=env_db) as env:
+        handles = [await order.start(f"o{i}", concurrency_key=f"k{i % 2}") for i in range(4)]
+        jumped = await env.skip_time()
+        assert timedelta(days=1, hours=23) < jumped <= timedelta(days=2, seconds=1)
+        for _ in range(4):  # each key's second run sleeps after the first ends
+            if all([(await h.get()).status == "completed" for h in handles]):
+                break
+            await env.skip_time("2 days")
+        assert [await h.result(timeout="10s") for h in handles] == [
+            f"SHIPPED O{i}" for i in range(4)
+        ]
+
+
+async def test_auto_skip_with_a_queued_workflow(env_db: str) -> None:
+    app = Durably()
+    slow = app.queue("slow", concurrency=1)
+
+    @app.workflow(name="later", version="v1", queue=slow)
+    async def later(ctx: WorkflowContext) -> str:
+        await ctx.step.sleep("wait", "3 days")
+        return "done"
+
+    async with Environment(app, database=env_db, auto_skip=True):
+        first, second = await later.start(), await later.start()
+        assert await first.result(timeout="20s") == "done"
+        assert await second.result(timeout="20s") == "done"
+
+
+async def test_each_postgres_environment_has_a_schema_of_its_own(pg_url: str) -> None:
+    """Issue 31: an environment on a PostgreSQL URL reused what the database held: an
+    earlier test's run of the same workflow was claimed (and failed) by the next test."""
+    for attempt in range(2):
+        app = Durably()
+
+        @app.workflow(name="same", version="v1")
+        async def same(ctx: WorkflowContext, n: int) -> int:
+            return await ctx.step.run("double", lambda: n * 2)
+
+        async with Environment(app, database=pg_url) as env:
+            assert await app.list_runs() == []  # nothing left by the last environment
+            await same.start(attempt, available_at=env.now() + timedelta(days=1))
+    with psycopg.connect(pg_url) as conn:  # every schema the environments made is gone
+        left = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'durably%'"
+        ).fetchall()
+    assert left == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
@@ -64,6 +65,20 @@ class SkippingClock(Clock):
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def test_schema(schema: str) -> str:
+    """A new schema name for one environment's engine tables, derived from `schema`."""
+    return f"{schema[:20]}_t{uuid.uuid4().hex[:10]}"
+
+
+async def drop_schemas(url: str, schemas: list[str]) -> None:
+    """Drop `schemas` and everything in them."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for schema in schemas:
+            await conn.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+            )
 
 
 def clock_schema(schema: str) -> str:

@@ -31,7 +31,9 @@ class Environment:
         app: the application under test; it must not be connected yet. The environment
             points it at `database` and a skipping clock, and gives both back on exit.
         database: "sqlite" (a temporary file) or a `postgresql://` URL of a database the
-            test owns (a schema `<schema>_testclock` is added to it).
+            test may use: the environment works in two schemas of its own there (the
+            engine's tables, and `<schema>_testclock`), dropped when it closes, so
+            nothing an earlier test left is seen.
         auto_skip: skip time by itself whenever every run waits while something awaits
             a run's result (`handle.result()`, `handle.wait()`), as Temporal's
             time-skipping environment does.
@@ -59,7 +61,8 @@ class Environment:
         self.auto_skip = auto_skip
         self.concurrency = concurrency
         self.clock = c.SkippingClock()
-        self._saved: tuple[str, Clock] | None = None
+        self._saved: tuple[str, str, Clock] | None = None
+        self._schemas: list[str] = []  # PostgreSQL: made here, dropped on exit
         self._tmp: str | None = None
         self._pg_offset: c.PgOffset | None = None
         self._worker: Worker | None = None
@@ -76,10 +79,10 @@ class Environment:
         app = self.app
         if app._opened:
             raise RuntimeError("Environment(app): the app is connected already; close it first")
-        self._saved = (app.url, app.clock)
+        self._saved = (app.url, app.connector.schema, app.clock)
         app.clock = self.clock
         try:
-            app.rebind(await self._url())
+            await self._rebind()
             await app.open()
             self._worker = app.worker(self.concurrency, poll_interval="1s")
             await self._worker.__aenter__()
@@ -101,14 +104,17 @@ class Environment:
         finally:
             await self._restore()
 
-    async def _url(self) -> str:
+    async def _rebind(self) -> None:
         if self.database == "sqlite":
             self._tmp = tempfile.mkdtemp(prefix="durably-test-")
-            return f"sqlite:///{self._tmp}/durably.db"
-        schema = c.clock_schema(self.app.connector.schema)
-        await c.install_pg_clock(self.database, schema)
-        self._pg_offset = c.PgOffset(self.database, schema)
-        return c.with_search_path(self.database, schema)
+            self.app.rebind(f"sqlite:///{self._tmp}/durably.db")
+            return
+        schema = c.test_schema(self.app.connector.schema)
+        clock = c.clock_schema(schema)
+        self._schemas = [schema, clock]
+        await c.install_pg_clock(self.database, clock)
+        self._pg_offset = c.PgOffset(self.database, clock)
+        self.app.rebind(c.with_search_path(self.database, clock), schema)
 
     async def _restore(self) -> None:
         if self._pg_offset is not None:
@@ -116,9 +122,11 @@ class Environment:
         await self.app.close()
         self._worker = None
         if self._saved is not None:
-            url, clock = self._saved
+            url, schema, clock = self._saved
             self.app.clock = clock
-            self.app.rebind(url)
+            self.app.rebind(url, schema)
+        if self._schemas:
+            await c.drop_schemas(self.database, self._schemas)
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -178,12 +186,16 @@ class Environment:
             return False, None
         if await self.app.list_runs(status="running", limit=1):
             return False, None
-        next_at, db_now = await self.app.store.next_due(list(self.app.workflows))
+        next_at, db_now = await self.worker.next_due()  # its queues' runs included
         if next_at is not None and next_at <= db_now:
             return False, None
         return not self.worker.running, next_at
 
     async def _advance(self, seconds: float) -> None:
+        # The worker's queue declarations are dated by the database's clock: renewed past
+        # the jump first, or its queues would lapse (and their limits with them) until the
+        # worker's next renewal.
+        await self.worker.declare_queues(seconds + self.worker.lease_s)
         self.clock.advance(seconds)
         if self._pg_offset is not None:
             await self._pg_offset.set(self.clock.offset)

@@ -14,7 +14,8 @@ async def test_retention(env: Environment) -> None:
 ```
 
 The database is SQLite unless a `durably_database` fixture (or the environment variable
-`DURABLY_TEST_DATABASE`) names a PostgreSQL URL of a database the test owns.
+`DURABLY_TEST_DATABASE`) names a PostgreSQL URL: there each test works in schemas of its
+own, dropped after it, so tests may share one database.
 """
 
 from __future__ import annotations
