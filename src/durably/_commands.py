@@ -35,6 +35,7 @@ from ._errors import (
     StepTimeout,
     WorkflowTimeoutError,
     describe,
+    user_failure,
 )
 from ._records import PendingStep
 from ._replay import Recorded
@@ -225,11 +226,12 @@ async def _invoke(
         args = (sctx, *args)
     loop = asyncio.get_running_loop()
     if is_async:
-        task: asyncio.Future[Any] = loop.create_task(body.fn(*args, **body.kwargs))
+        task: asyncio.Future[Any] = loop.create_task(_contained(body.fn, *args, **body.kwargs))
         if start is not None:
             start.when_it_yields(task)
     else:
-        task = loop.run_in_executor(x.threads, functools.partial(body.fn, *args, **body.kwargs))
+        call = functools.partial(_contained_call, body.fn, *args, **body.kwargs)
+        task = loop.run_in_executor(x.threads, call)
     cmd.body = task
     if interruptible and x.interrupting:  # halted while this attempt was being set up
         task.cancel()
@@ -247,6 +249,30 @@ async def _invoke(
         if cmd.step_context is not None:
             cmd.step_context.cancelled.set()  # a sync body still running: tell it to stop
             cmd.step_context = None
+
+
+async def _contained(fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
+    """An async body, whose SystemExit (or any BaseException but cancellation) is a failure
+    of its step: a task raising SystemExit or KeyboardInterrupt would stop the event loop.
+    (The body's coroutine is made here: a task cancelled before it starts leaves none.)"""
+    try:
+        return await fn(*args, **kwargs)
+    except BaseException as exc:
+        failure = user_failure(exc)
+        if failure is exc:
+            raise
+        raise failure from exc
+
+
+def _contained_call(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """A sync body, in its thread: as `_contained`."""
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as exc:
+        failure = user_failure(exc)
+        if failure is exc:
+            raise
+        raise failure from exc
 
 
 async def _outcome(body: asyncio.Future[T]) -> T:

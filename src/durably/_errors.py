@@ -30,10 +30,15 @@ workflow cannot turn them into a fallback path.
 
 A step body may raise `NonRetryableError` (not a DurablyError: it is the user's) to fail
 its step at once, without spending the remaining attempts.
+
+User code that raises what is not an `Exception` (`SystemExit` from argparse or click,
+`KeyboardInterrupt`, `GeneratorExit`, a `BaseException` of its own) fails its step or
+workflow as any error does (SPEC §4.20); only the engine's own cancellation is not a failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import traceback as _tb
 from typing import Any
 
@@ -169,8 +174,36 @@ class NonRetryableError(Exception):
     """Raise from a step body to fail the step without further attempts."""
 
 
+class BaseFailure(Exception):
+    """A `BaseException` that is not an `Exception`, raised by user code, carried as an
+    ordinary failure (asyncio lets `SystemExit` and `KeyboardInterrupt` out of the event
+    loop, and `except Exception` misses them all). It is stored as the error it carries."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
+def user_failure(exc: BaseException) -> BaseException:
+    """`exc`, raised by user code (a body, a compensation), as the engine handles it: an
+    `Exception` or the engine's own cancellation as it is, anything else in a `BaseFailure`.
+
+    A `GeneratorExit` with no frame below the one that caught it was not raised by user
+    code: it is the close() of the engine's own coroutine (a pending task collected), which
+    must go on unwinding.
+    """
+    if isinstance(exc, Exception | asyncio.CancelledError):
+        return exc
+    tb = exc.__traceback__
+    if isinstance(exc, GeneratorExit) and (tb is None or tb.tb_next is None):
+        return exc
+    return BaseFailure(exc)
+
+
 def describe(exc: BaseException, traceback: bool = True) -> dict[str, Any]:
     """The JSON form of an error as stored on runs and step attempts, with its traceback."""
+    if isinstance(exc, BaseFailure):
+        exc = exc.error
     if isinstance(exc, StepFailedError):
         return {"type": "StepFailedError", "message": _storable(str(exc)), "step": exc.step,
                 "attempts": exc.attempts, "cause": exc.error}  # fmt: skip

@@ -47,7 +47,13 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             while self._ready:
                 handle = self._ready.popleft()
                 if not handle.cancelled():
-                    handle._run()
+                    try:
+                        handle._run()
+                    except (SystemExit, KeyboardInterrupt) as exc:
+                        # Workflow code raised it (argparse, click): asyncio lets these two
+                        # out of the loop once the task has kept it as its outcome, which
+                        # fails the run by its policy as any error (SPEC §4.20).
+                        self.call_exception_handler({"message": repr(exc), "exception": exc})
         finally:
             self._running = False
             asyncio._set_running_loop(outer)

@@ -21,6 +21,7 @@ from ._errors import (
     LeaseLostError,
     RunNotFound,
     RunTerminalError,
+    user_failure,
 )
 from ._giveback import GiveBacks
 from ._models import Run, StepAttempt
@@ -312,8 +313,11 @@ class Store(RunEnds, Sends, GiveBacks):
                     result = fn(tx.connection, *args)
                     if inspect.isawaitable(result):
                         result = await result
-                except Exception as exc:  # the body's own error, even a database one
-                    raise _BodyFailed(exc) from exc
+                except BaseException as exc:  # the body's own error, even a database one
+                    failure = user_failure(exc)  # even SystemExit; not a cancellation
+                    if isinstance(failure, Exception):
+                        raise _BodyFailed(failure) from exc
+                    raise
                 output = encode_result(result)
                 await self.record_finish(lease, PendingStep(
                     position, attempt, step, "transaction", "completed", output_json=output,
