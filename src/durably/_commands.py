@@ -33,6 +33,7 @@ from ._errors import (
     NonRetryableError,
     StepFailedError,
     StepTimeout,
+    WorkflowMisuseError,
     WorkflowTimeoutError,
     describe,
     user_failure,
@@ -82,6 +83,7 @@ class Command:
     compensate: Callable[..., Any] | None = None
     signal: str | None = None  # the name a signal wait waits for
     awaited: bool = False
+    dropped: Callable[[Command], None] | None = None  # its StepCall went, never awaited
     gate: int = 0  # results up to this seq must be durable before the lifecycle starts
     recording: bool = False  # the outcome is known, its record is being written
     wait: Wait | None = None
@@ -108,8 +110,20 @@ class StepCall(Generic[T]):
         self._cmd.awaited = True
         return (yield from self._cmd.future.__await__())  # type: ignore[no-any-return]
 
+    def __del__(self) -> None:
+        # A forgotten await: CPython drops the call's result right after its statement, as
+        # it does an un-awaited coroutine's, so the workflow is told before its next step.
+        cmd = self._cmd
+        if not cmd.awaited and cmd.dropped is not None:
+            cmd.dropped(cmd)
+
     def __repr__(self) -> str:
         return f"<step {self._cmd.name!r} at position {self._cmd.position}>"
+
+
+def never_awaited(cmd: Command) -> WorkflowMisuseError:
+    return WorkflowMisuseError(f"step {cmd.name!r} at position {cmd.position} was never "
+                               "awaited: did you forget await?")  # fmt: skip
 
 
 def error_for(rec: Recorded) -> BaseException:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from . import _telemetry
 from ._clock import Clock
 from ._codec import decode, encode
-from ._commands import Command, error_for, run_compensation
+from ._commands import Command, error_for, never_awaited, run_compensation
 from ._confirm import ClaimConfirmation
 from ._context import WorkflowContext
 from ._errors import (
@@ -178,11 +178,20 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         cmd = cmd_factory(self._position)
         cmd.recorded = rec
         cmd.gate = self._delivered
+        cmd.dropped = self._dropped
         cmd.future.add_done_callback(lambda future: self._awaited_no_more(cmd, future))
         self.commands[cmd.position] = cmd
         if rec is None or not rec.resolves:
             self._to_start.append(cmd)
         return cmd
+
+    def _dropped(self, cmd: Command) -> None:
+        """Workflow code let go of `cmd`'s awaitable without awaiting it: the execution is
+        poisoned at once, so its next step call raises and nothing it issued starts (the
+        same place live and on replay: the code decides it). Let go of later, outside the
+        workflow's pass (the run parked, or ended), it is not a mistake of the code's."""
+        if self.loop.is_running() and not self.concluded:
+            self.poison(never_awaited(cmd))
 
     def poison(self, error: BaseException) -> None:
         """The workflow did what cannot be replayed: never drive it again; the run fails."""
@@ -350,12 +359,8 @@ class Execution(RunLog, LiveWaits, Lifecycles):
             await self._fail(error, retry=True)
             return
         forgotten = [c for c in self.commands.values() if not c.awaited]
-        if forgotten:
-            first = forgotten[0]
-            await self._fail(WorkflowMisuseError(
-                f"step {first.name!r} (position {first.position}) was never awaited: "
-                "did you forget await?"
-            ), retry=False)  # fmt: skip
+        if forgotten:  # returned (not dropped) or kept to the end, never awaited
+            await self._fail(never_awaited(forgotten[0]), retry=False)
             return
         try:
             out = self.encode(main.result(), "the workflow's result")

@@ -3,8 +3,9 @@
 Each method issues a command at once (it takes the workflow's next position, checked
 against history) and returns an awaitable of its result. The engine runs the command
 (`_commands`) and delivers its result in log order (`_execution`). A step that is issued
-but never awaited fails the run ("did you forget await?"); a step method called from
-inside a step body fails it too.
+but never awaited fails the run ("did you forget await?") as soon as its awaitable is
+dropped, before anything issued after it starts; a step method called from inside a step
+body fails it too. A child handle (`start_workflow`) may be left alone on purpose.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._codec import encode, validate
-from .._commands import Command, error_for
+from .._commands import Command, error_for, never_awaited
 from .._context import WorkflowContext
 from .._errors import NonDeterminismError
 from .._loop import WorkflowLoop
@@ -140,8 +140,13 @@ class _Replayer:
             raise
         cmd = make(self._position)
         cmd.recorded = rec
+        cmd.dropped = self._dropped
         self.commands[cmd.position] = cmd
         return cmd
+
+    def _dropped(self, cmd: Command) -> None:
+        if self.loop.is_running():  # as the engine's (`Execution._dropped`)
+            self.poison(never_awaited(cmd))
 
     def drive(self) -> None:
         self.loop.run_until_blocked()
