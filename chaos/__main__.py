@@ -169,7 +169,7 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
     ev = await invariants.gather_evidence(
         app, plans=load.plans, ledger=ledger.read_ledger(notes),
         effects=ledger.read_effects(target.url), faults=injector.log, undrained=undrained,
-        deploys=workers.deploys,
+        deploys=workers.deploys, deaths=workers.deaths,
     )  # fmt: skip
     await app.close()
     header = (f"chaos soak on {target.label}: {loaded / 60:.1f} min of load and faults, "

@@ -75,6 +75,7 @@ class Workers:
     concurrency: int = 12
     slots: list[Slot] = field(default_factory=list)
     deploys: dict[str, str] = field(default_factory=dict)  # each worker started, its deploy
+    deaths: list[str] = field(default_factory=list)  # workers that exited with no fault
 
     def start(self) -> None:
         for i in range(self.count):
@@ -103,8 +104,17 @@ class Workers:
     def alive(self) -> list[Slot]:
         return [s for s in self.slots if s.proc is not None and s.proc.poll() is None]
 
+    def died(self, slot: Slot) -> None:
+        """`slot`'s worker exited with no fault to stop it (user code must never stop a
+        worker: a body raising SystemExit): counted for the checks, then replaced."""
+        if slot.proc is not None:
+            self.deaths.append(f"{slot.name} (exit status {slot.proc.returncode})")
+        self.spawn(slot)
+
     def stop(self, timeout: float = 20) -> None:
         """SIGCONT, then SIGTERM every worker; SIGKILL one that has not ended by `timeout`."""
+        self.deaths += [f"{s.name} (exit status {s.proc.returncode})" for s in self.slots
+                        if s.proc is not None and s.proc.poll() is not None]  # fmt: skip
         for slot in self.alive():
             assert slot.proc is not None
             with contextlib.suppress(ProcessLookupError):
@@ -177,7 +187,7 @@ class FaultInjector:
             kind = self.rng.choice(self.kinds())
             slot = self._target(kind)
             if slot.proc is None or slot.proc.poll() is not None:
-                self.workers.spawn(slot)
+                self.workers.died(slot)
                 continue
             await getattr(self, "_" + kind.replace("-", "_"))(slot)
 
@@ -296,7 +306,7 @@ class FaultInjector:
             if slot.proc is not None and slot.proc.poll() is None:
                 os.killpg(slot.proc.pid, signal.SIGCONT)
             else:
-                self.workers.spawn(slot)
+                self.workers.died(slot)
         if self.migration is not None and self.migration.applied:
             await self.migration.drop(within=60)
 

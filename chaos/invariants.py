@@ -50,6 +50,7 @@ class Evidence:
     stuck: list[Run]
     undrained: int  # load-generator tasks still unfinished at the drain's deadline
     deploys: dict[str, str]  # each worker the soak started, and the deploy it ran
+    deaths: list[str] = field(default_factory=list)  # workers that exited with no fault
 
 
 async def gather_evidence(app: Durably, **rest: Any) -> Evidence:
@@ -81,7 +82,7 @@ def check_all(ev: Evidence) -> list[Check]:
     return [check_states(ev), check_lost(ev), check_stuck(ev), check_running(ev),
             check_completed_once(ev), check_effects(ev), check_executions(ev), check_fences(ev),
             check_after_cancel(ev), check_signals(ev), check_compensations(ev),
-            check_children(ev), check_deploys(ev)]  # fmt: skip
+            check_children(ev), check_deploys(ev), check_deaths(ev)]  # fmt: skip
 
 
 def _by_key(ev: Evidence) -> dict[str, Run]:
@@ -311,6 +312,12 @@ def check_deploys(ev: Evidence) -> Check:
             version_in(deploy, run.workflow) == run.version,
             f"{run.workflow}@{run.version} {run_id} ran on {worker} ({deploy} deploy)",
         )
+    return c
+
+
+def check_deaths(ev: Evidence) -> Check:
+    c = Check("no worker process exited but by a fault (bodies raising SystemExit included)")
+    c.expect(not ev.deaths, f"{len(ev.deaths)} exited on their own: {', '.join(ev.deaths)}")
     return c
 
 

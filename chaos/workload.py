@@ -83,17 +83,24 @@ async def awork(ctx: StepContext, value: int, millis: int) -> int:
     return value
 
 
-def flaky(ctx: StepContext, failures: int) -> str:
+def flaky(ctx: StepContext, failures: int, exits: bool = False) -> str:
+    """Fails its first `failures` attempts; with `exits`, as argparse does (SystemExit),
+    which must be retried by the same policy and never stop the worker."""
     note(ctx, "start")
     if ctx.attempt <= failures:
         note(ctx, "fail")  # a designed failure: not an extra execution
+        if exits:
+            raise SystemExit(2)
         raise RuntimeError(f"planned failure of attempt {ctx.attempt}")
     return "flaky-ok"
 
 
-def doomed(ctx: StepContext) -> None:
+def doomed(ctx: StepContext, exits: bool = False) -> None:
+    """Fails (run with `ONCE`: for good); with `exits`, by SystemExit."""
     note(ctx, "start")
     note(ctx, "fail")
+    if exits:
+        raise SystemExit("planned exit")
     raise NonRetryableError("planned failure")
 
 
@@ -148,11 +155,12 @@ async def steps_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> list[Any]:
     out: list[Any] = []
     for i, (value, millis) in enumerate(spec["steps"]):
         out.append(await ctx.step.run(f"s{i}", work, value, millis))
+    exits = bool(spec.get("exits"))  # its failures are SystemExit
     if spec["flaky"] is not None:
-        out.append(await ctx.step.run("flaky", flaky, spec["flaky"], retry=QUICK))
+        out.append(await ctx.step.run("flaky", flaky, spec["flaky"], exits, retry=QUICK))
     if spec["caught"]:
         try:
-            await ctx.step.run("doomed", doomed, retry=ONCE)
+            await ctx.step.run("doomed", doomed, exits, retry=ONCE)
         except StepFailedError:
             out.append("caught")
     return out
@@ -242,7 +250,7 @@ async def saga_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
     await ctx.step.run("reserve", act, "reserve", compensate=undo)
     await ctx.step.run("charge", act, "charge", compensate=undo)
     if spec["end"] == "fail":
-        await ctx.step.run("ship", doomed, retry=ONCE)
+        await ctx.step.run("ship", doomed, bool(spec.get("exits")), retry=ONCE)
     if spec["end"] == "hold":
         await ctx.step.sleep("hold", f"{spec['hold_ms']}ms")
     return str(await ctx.step.run("ship", act, "shipped"))
@@ -291,7 +299,7 @@ def _steps(rng: random.Random) -> Plan:
     flaky, caught = rng.choice([None, 0, 1, 2]), rng.random() < 0.4
     out: list[Any] = [v for v, _ in steps]
     out += ["flaky-ok"] * (flaky is not None) + ["caught"] * caught
-    spec = {"steps": steps, "flaky": flaky, "caught": caught}
+    spec = {"steps": steps, "flaky": flaky, "caught": caught, "exits": rng.random() < 0.3}
     return Plan("", "chaos-steps", spec, expect_output=out)
 
 
@@ -332,7 +340,8 @@ def _ledger(rng: random.Random) -> Plan:
 def _saga(rng: random.Random) -> Plan:
     end = rng.choices(["ship", "fail", "hold"], [4, 3, 3])[0]
     hold_ms = rng.randint(4000, 10000)
-    plan = Plan("", "chaos-saga", {"end": end, "hold_ms": hold_ms}, expect_output="shipped")
+    spec = {"end": end, "hold_ms": hold_ms, "exits": rng.random() < 0.3}
+    plan = Plan("", "chaos-saga", spec, expect_output="shipped")
     if end == "fail":
         plan.expect_status, plan.expect_output = "failed", None
     if end == "hold":
