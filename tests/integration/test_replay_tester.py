@@ -102,3 +102,19 @@ async def test_replay_of_a_sync_workflow(sqlite_url: str) -> None:
     assert report.finished and report.output == {"total": 30} and report.results_replayed == 3
     with pytest.raises(NonDeterminismError, match=r"position 2: history has function step 'b'"):
         replay(build_sync("rename"), history)
+
+
+async def test_replay_of_a_workflow_that_sets_an_event(sqlite_url: str) -> None:
+    app = Durably()
+
+    @app.workflow(name="publish", version="v1")
+    async def publish(ctx: WorkflowContext, n: int) -> int:
+        await ctx.step.set_event("progress", {"done": n})
+        return await ctx.step.run("a", double, n)
+
+    async with Environment(app, auto_skip=True):
+        handle = await publish.start(4)
+        assert await handle.result(timeout="20s") == 8
+        run, steps = await app.get_run(handle.run_id), await app.list_steps(handle.run_id)
+    report = replay(app, {"run": run.to_dict(), "steps": [s.to_dict() for s in steps]})
+    assert report.finished and report.output == 8 and report.results_replayed == 2

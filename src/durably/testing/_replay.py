@@ -124,6 +124,10 @@ class _Replayer:
         self._position = 0
         self._error: BaseException | None = None
 
+    def encode(self, value: Any, what: str) -> str:
+        """A value the code publishes (`set_event`), refused as the engine refuses it."""
+        return encode(value, what, self.max_payload)
+
     def marker_pending(self, position: int) -> None:
         """Nothing is recorded here: a new patch marker holds nothing back."""
 
