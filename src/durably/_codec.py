@@ -1,6 +1,7 @@
 """Payloads are JSON: anything pydantic can serialize goes in, plain JSON (or the declared
 type, validated) comes out. The value a workflow sees is always the decoded stored form,
-so a replay sees exactly what the first execution saw. Never pickle."""
+and the stored form is this text, kept as it is (PostgreSQL `json`, SQLite TEXT): a replay
+sees exactly what the first execution saw, key order and every float included. Never pickle."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ def encode(value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
 def decode(text: str | None) -> Any:
     """The value of stored JSON text (None stays None)."""
     return None if text is None else json.loads(text)
+
+
+def canonical(value: Any) -> str:
+    """One text for equal JSON values, whatever the order of their keys: how inputs are
+    compared (an idempotent start). `true` and `1`, `1` and `1.0` stay apart."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @functools.lru_cache(maxsize=512)

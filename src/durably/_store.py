@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ._codec import decode, encode
+from ._codec import canonical, decode, encode
 from ._ends import RunEnds
 from ._errors import (
     DatabaseUnavailable,
@@ -80,7 +80,8 @@ class Store(RunEnds, Sends, GiveBacks):
             idempotency_key=new.idempotency_key,
         )
         run = Run.from_row(existing[0])
-        if run.input != decode(new.input_json):
+        # Equal inputs are equal whatever their keys' order (canonical JSON, SPEC §4.20).
+        if canonical(run.input) != canonical(decode(new.input_json)):
             raise IdempotencyConflictError(
                 f"idempotency key {new.idempotency_key!r} already started run {run.run_id} "
                 f"of {new.workflow!r} with a different input; use another key"

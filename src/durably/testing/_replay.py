@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._codec import encode, validate
+from .._codec import canonical, encode, validate
 from .._commands import Command, error_for, never_awaited
 from .._context import WorkflowContext
 from .._errors import NonDeterminismError
@@ -209,5 +209,5 @@ def _report(
     output = main.result() if finished and main.exception() is None else None
     changed = False
     if finished and run["status"] == "completed" and main.exception() is None:
-        changed = json.loads(encode(output, "the output")) != run["output"]
+        changed = canonical(json.loads(encode(output, "the output"))) != canonical(run["output"])
     return ReplayReport(run["run_id"], f"{name}@{version}", replayed, finished, output, changed)

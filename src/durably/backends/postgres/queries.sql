@@ -17,7 +17,7 @@ WITH ins AS (
     INSERT INTO {schema}.runs (id, namespace, workflow, version, status, input, idempotency_key,
         max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
         queue, concurrency_key, priority)
-    VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS jsonb),
+    VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS json),
         :idempotency_key, :max_attempts,
         LEAST(COALESCE(CAST(:available_at AS timestamptz), now()), CAST(:deadline_at AS timestamptz)),
         :deadline_at, :parent_run_id, CAST(:trace_context AS jsonb), :parent_close,
@@ -281,7 +281,7 @@ INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, statu
     compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
     seq, wake_at, signal, delivered_at)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
-    :worker_id, CAST(:output AS jsonb), CAST(:error AS jsonb),
+    :worker_id, CAST(:output AS json), CAST(:error AS jsonb),
     now() - CAST(:elapsed_s AS float8) * interval '1 second', now(), :workflow_attempt,
     :seq, CAST(:wake_at AS timestamptz), CAST(:signal AS text),
     CASE WHEN CAST(:signal AS text) IS NOT NULL THEN now() END
@@ -309,7 +309,7 @@ WITH lease AS (
 UPDATE {schema}.step_attempts SET
     status = CASE WHEN delivered_at IS NOT NULL THEN 'completed' ELSE :status END,
     final = (delivered_at IS NULL AND :status = 'failed'),
-    output = CASE WHEN delivered_at IS NOT NULL THEN output ELSE CAST(:output AS jsonb) END,
+    output = CASE WHEN delivered_at IS NOT NULL THEN output ELSE CAST(:output AS json) END,
     error = CASE WHEN delivered_at IS NOT NULL THEN NULL ELSE CAST(:error AS jsonb) END,
     seq = :seq, finished_at = now()
 WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND status = 'running'
@@ -375,9 +375,9 @@ SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS retu
 -- so a finished run has no attempt left running. A cancel's error is kept. The run and its
 -- parent are locked in id order before either is updated (see lock_tree).
 WITH v AS (
-    SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
+    SELECT * FROM json_to_recordset(CAST(:batch AS json)) AS v(run_id text, fence bigint,
         position integer, attempt integer, step text, kind text, status text, final boolean,
-        output jsonb, error jsonb, compensable boolean, elapsed_s float8,
+        output json, error jsonb, compensable boolean, elapsed_s float8,
         workflow_attempt integer, seq integer, wake_s float8)
 ), locked AS MATERIALIZED (
     SELECT r.id FROM {schema}.runs r
@@ -387,7 +387,7 @@ WITH v AS (
     FOR NO KEY UPDATE
 ), done AS (
     UPDATE {schema}.runs SET
-        status = :status, output = CAST(:output AS jsonb),
+        status = :status, output = CAST(:output AS json),
         error = COALESCE(CAST(:error AS jsonb), error),
         available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = false,
         finished_at = COALESCE(finished_at, now()), updated_at = now()
@@ -441,12 +441,12 @@ FROM done;
 -- row in one statement would leave only one of them). Run rows, parents included, are
 -- locked in id order, as the heartbeat locks them.
 WITH e AS (
-    SELECT * FROM jsonb_to_recordset(CAST(:ends AS jsonb)) AS e(run_id text, fence bigint,
+    SELECT * FROM json_to_recordset(CAST(:ends AS json)) AS e(run_id text, fence bigint,
         status text, output text, error text)
 ), v AS (
-    SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
+    SELECT * FROM json_to_recordset(CAST(:batch AS json)) AS v(run_id text, fence bigint,
         position integer, attempt integer, step text, kind text, status text, final boolean,
-        output jsonb, error jsonb, compensable boolean, elapsed_s float8,
+        output json, error jsonb, compensable boolean, elapsed_s float8,
         workflow_attempt integer, seq integer, wake_s float8)
 ), ids AS (
     -- The runs and their parents (each looked up by its child's id).
@@ -470,7 +470,7 @@ WITH e AS (
       AND (l.status <> 'canceled' OR e.status = 'canceled')
 ), done AS (
     UPDATE {schema}.runs r SET
-        status = e.status, output = CAST(e.output AS jsonb),
+        status = e.status, output = CAST(e.output AS json),
         error = COALESCE(CAST(e.error AS jsonb), r.error),
         available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = false,
         finished_at = COALESCE(r.finished_at, now()), updated_at = now()
@@ -724,9 +724,9 @@ WHERE r.queue IS NOT NULL AND r.status IN ('running', 'pending') GROUP BY r.queu
 -- is written only if its run's lease (same fence) is still this worker's; a completed
 -- record is never overwritten. Run rows are locked in id order (as the heartbeat does).
 WITH v AS (
-    SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(run_id text, fence bigint,
+    SELECT * FROM json_to_recordset(CAST(:batch AS json)) AS v(run_id text, fence bigint,
         position integer, attempt integer, step text, kind text, status text, final boolean,
-        output jsonb, error jsonb, compensable boolean, elapsed_s float8,
+        output json, error jsonb, compensable boolean, elapsed_s float8,
         workflow_attempt integer, seq integer, wake_s float8)
 ), lease AS (
     -- Each run looked up by its id, in id order (see finish_many's `locked`).
@@ -1033,7 +1033,7 @@ WITH lease AS (
     INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
         worker_id, output, finished_at, workflow_attempt, seq)
     SELECT :run_id, :position, :attempt, :step, 'event', 'completed', :fence, :worker_id,
-        CAST(:output AS jsonb), now(), :workflow_attempt, :seq
+        CAST(:output AS json), now(), :workflow_attempt, :seq
     FROM lease
     ON CONFLICT (run_id, position, attempt) DO NOTHING
     RETURNING id

@@ -1,0 +1,3 @@
+-- Nothing to change here: the PostgreSQL twin makes the payload columns `json`, which keeps
+-- the engine's text as written. SQLite stores it as TEXT already, and its JSON functions
+-- (json(), ->) copy a number's text and a dict's order as they are.
