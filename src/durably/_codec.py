@@ -1,7 +1,12 @@
 """Payloads are JSON: anything pydantic can serialize goes in, plain JSON (or the declared
 type, validated) comes out. The value a workflow sees is always the decoded stored form,
 and the stored form is this text, kept as it is (PostgreSQL `json`, SQLite TEXT): a replay
-sees exactly what the first execution saw, key order and every float included. Never pickle."""
+sees exactly what the first execution saw, key order and every float included. Never pickle.
+
+What JSON cannot hold is refused here, once for both backends (SPEC §4.20): NaN and
+±Infinity (pydantic writes them as bare `NaN`/`Infinity`, which no JSON reader takes), and
+U+0000 (PostgreSQL cannot store it in JSON text; SQLite could, but a run must not depend on
+its backend)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
 def encode(value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
-    """JSON text of `value`; InvalidInput naming `what` if it is not JSON-serializable."""
+    """JSON text of `value`; InvalidInput naming `what` if JSON cannot hold it."""
     try:
         data = pydantic_core.to_json(value)
     except pydantic_core.PydanticSerializationError as exc:
@@ -28,6 +33,10 @@ def encode(value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
             f"{what} is {len(data)} bytes of JSON, over the limit of {limit} "
             "(Durably(max_payload_bytes=...) sets it)"
         )
+    # A search of the bytes costs next to nothing; only a text that may hold one (a string
+    # with "NaN" in it, say) is read to be sure.
+    if b"NaN" in data or b"Infinity" in data or b"\\u0000" in data:
+        _refuse_unholdable(data, what)
     return data.decode()
 
 
@@ -36,10 +45,63 @@ def decode(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def parse(text: str, what: str) -> Any:
+    """The value of JSON text a user typed (CLI, dashboard); InvalidInput naming `what` if
+    it is not JSON, or holds what JSON cannot (Python's reader takes NaN and Infinity)."""
+    try:
+        value = json.loads(text, parse_constant=_constant)
+    except _Unholdable as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    if _holds_nul(value):
+        raise InvalidInput(f"{what} {_NUL}")
+    return value
+
+
 def canonical(value: Any) -> str:
     """One text for equal JSON values, whatever the order of their keys: how inputs are
     compared (an idempotent start). `true` and `1`, `1` and `1.0` stay apart."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+_NUL = ("holds a NUL character (U+0000), which PostgreSQL cannot store in JSON; "
+        "remove it, or store such text encoded (base64)")  # fmt: skip
+
+
+class _Unholdable(ValueError):
+    pass
+
+
+def _constant(token: str) -> Any:
+    raise _Unholdable(f"{token} has no JSON form (nor has any of NaN, Infinity, -Infinity); "
+                      "use null or a string")  # fmt: skip
+
+
+def _refuse_unholdable(data: bytes, what: str) -> None:
+    try:
+        value = json.loads(data, parse_constant=_constant)
+    except _Unholdable as exc:
+        raise InvalidInput(f"{what} is not JSON: {exc}") from None
+    if _holds_nul(value):
+        raise InvalidInput(f"{what} {_NUL}")
+
+
+def _holds_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 @functools.lru_cache(maxsize=512)

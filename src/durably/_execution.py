@@ -125,11 +125,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         return self._db_now + timedelta(seconds=self.clock.monotonic() - self._mono_at_claim)
 
     def encode(self, value: Any, what: str) -> str:
-        text = encode(value, what, self.max_payload)
-        if "\\u0000" in text and self.store.db.dialect == "postgresql":
-            raise InvalidInput(f"{what} contains a NUL character (\\u0000), which PostgreSQL "
-                               "cannot store in JSON")  # fmt: skip
-        return text
+        return encode(value, what, self.max_payload)
 
     def new_attempt(self, position: int, spend: bool = True) -> int:
         """The number of the next attempt at `position`, counted against the run's limit
