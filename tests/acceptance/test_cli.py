@@ -56,6 +56,29 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert procs.json("runs") == []
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("start", "sleeper", "--input", "NaN"), "--input is not valid JSON: NaN has no JSON form"),
+        (("start", "sleeper", "--input", "Infinity"), "Infinity has no JSON form"),
+        (("start", "sleeper", "--input", "-Infinity"), "-Infinity has no JSON form"),
+        (("start", "slow", "--input", '"a\\u0000b"'), "--input holds a NUL character"),
+        (("start", "acquire", "--input", '{"id": "a\\u0000b"}'), "holds a NUL character"),
+        (("signal", "x", "--data", "NaN"), "--data is not valid JSON: NaN has no JSON form"),
+        (("signal", "x", "--data", '{"a": [Infinity]}'), "Infinity has no JSON form"),
+        (("signal", "x", "--data", '"\\u0000"'), "--data holds a NUL character"),
+    ],
+)
+def test_values_json_cannot_hold_are_one_line_exit_2_and_write_nothing(
+    procs: Procs, args: tuple[str, ...], message: str
+) -> None:
+    done = procs.cli(*args, check=False)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert procs.json("runs") == [] and procs.json("signals", "--all") == []
+
+
 def test_unreachable_database_is_one_line(tmp_path: Path, processes: Processes) -> None:
     procs = Procs("postgresql://postgres@127.0.0.1:1/nothing", tmp_path, processes)
     done = procs.cli("runs", check=False)

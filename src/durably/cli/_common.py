@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TypeVar
 import typer
 
 from .._app import DEFAULT_URL, Durably
+from .._codec import parse
 from .._errors import (
     ConfigurationError,
     DurablyError,
@@ -108,7 +109,7 @@ def run(coro: Coroutine[Any, Any, T], app: Durably | None = None) -> T:
 
 
 def parse_json(text: str | None, what: str) -> Any:
-    """JSON text, or @file with JSON in it; exit 2 on anything else."""
+    """JSON text, or @file with JSON in it; exit 2 on anything else (SPEC §4.20)."""
     if text is None:
         return None
     if text.startswith("@"):
@@ -117,9 +118,9 @@ def parse_json(text: str | None, what: str) -> Any:
         except OSError as exc:
             fail(f"cannot read {what} file {text[1:]!r}: {exc.strerror}", 2)
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        fail(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", 2)
+        return parse(text, what)  # NaN, Infinity and NUL refused here, before any write
+    except InvalidInput as exc:
+        fail(str(exc), 2)
 
 
 def print_json(data: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -12,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .._app import Durably
+from .._codec import parse
 from .._durations import parse_duration
 from .._errors import DurablyError
 from . import _metrics, _operating, _pages
@@ -226,8 +226,5 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _json_field(form: dict[str, str], name: str) -> Any:
-    text = form.get(name, "").strip() or "null"
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DashboardError(f"{name} is not valid JSON: {exc.msg}") from None
+    # InvalidInput (a 400) for what is not JSON or what JSON cannot hold: NaN, Infinity, NUL.
+    return parse(form.get(name, "").strip() or "null", name)
