@@ -67,8 +67,8 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-_NUL = ("holds a NUL character (U+0000), which PostgreSQL cannot store in JSON; "
-        "remove it, or store such text encoded (base64)")  # fmt: skip
+_NUL = ("holds a NUL character (U+0000), which PostgreSQL cannot store, so no backend "
+        "takes it: remove it, or store such text encoded (base64)")  # fmt: skip
 
 
 class _Unholdable(ValueError):
@@ -76,8 +76,8 @@ class _Unholdable(ValueError):
 
 
 def _constant(token: str) -> Any:
-    raise _Unholdable(f"{token} has no JSON form (nor has any of NaN, Infinity, -Infinity); "
-                      "use null or a string")  # fmt: skip
+    raise _Unholdable(f"{token} has no JSON form (JSON has no NaN or ±Infinity): "
+                      "use None or a string instead")  # fmt: skip
 
 
 def _refuse_unholdable(data: bytes, what: str) -> None:

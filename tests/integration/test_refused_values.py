@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from durably import Durably, InvalidInput, RunFailedError, WorkflowContext
+from durably import Durably, InvalidInput, RunFailedError, StepFailedError, WorkflowContext
 from tests.helpers import eventually, scaled
 
 UNHOLDABLE = [math.nan, math.inf, -math.inf, "a\x00b", {"k\x00": 1}, [1, {"x": math.nan}]]
@@ -116,3 +116,28 @@ async def test_an_event_or_a_signal_a_workflow_sends_is_refused_at_the_call(
         ]  # fmt: skip
         assert await app.list_events(handle.run_id) == {}
         assert await app.list_signals(pending=False) == []
+
+
+@pytest.mark.parametrize("value", UNHOLDABLE, ids=IDS)
+async def test_a_child_s_input_json_cannot_hold_fails_its_step_for_good(
+    db_url: str, value: Any
+) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="kid", version="v1")
+    async def kid(ctx: WorkflowContext, v: Any) -> None:
+        return None
+
+    @app.workflow(name="starts", version="v1")
+    async def starts(ctx: WorkflowContext, _: None) -> str:
+        try:
+            await ctx.step.run_workflow(kid, value)
+        except StepFailedError as exc:
+            return f"{exc.error['type']}: {exc.error['message'].split(' is not JSON')[0]}"
+        return "started"
+
+    async with app, app.worker(concurrency=2):
+        handle = await starts.start(None)
+        got = await handle.result(timeout=scaled(20))
+        assert [r.workflow for r in await app.list_runs()] == ["starts"]
+    assert got.startswith("InvalidInput: input of workflow 'kid'")
