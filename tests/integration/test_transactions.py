@@ -156,6 +156,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         "0012_claimed_history.sql",
         "0013_awaited.sql",
         "0014_send_signal.sql",
+        "0015_exact_values.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))
