@@ -346,7 +346,7 @@ async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
     seq = x.reserve()
     try:
         output = await x.store.transact(
-            x.lease, cmd.position, attempt, cmd.name, seq, body.fn, body.args,
+            x.lease, x.lease_s, cmd.position, attempt, cmd.name, seq, body.fn, body.args,
             lambda value: x.encode(value, f"the result of step {cmd.name!r}"),
         )  # fmt: skip
     except asyncio.CancelledError:

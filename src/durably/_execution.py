@@ -91,6 +91,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         self.on_park = on_park
         self.heartbeat = heartbeat
         self._db_now: datetime = row["db_now"]
+        self.lease_s = (row["lease_expires_at"] - self._db_now).total_seconds()  # as claimed
         self._mono_at_claim = clock.monotonic()
         self.loop = WorkflowLoop(self.poison)  # type: ignore[abstract]  # I/O is refused
         self.commands: dict[int, Command] = {}

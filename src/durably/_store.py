@@ -297,19 +297,23 @@ class Store(RunEnds, Sends, GiveBacks):
         return wake_at, created
 
     async def transact(
-        self, lease: Lease, position: int, attempt: int, step: str, seq: int,
+        self, lease: Lease, lease_s: float, position: int, attempt: int, step: str, seq: int,
         fn: Any, args: tuple[Any, ...], encode_result: Any,
     ) -> str:  # fmt: skip
         """`fn(conn, *args)`, the lease check and the step's record in one transaction;
         the recorded output.
 
+        The run is not locked while `fn` runs (`body_lease`): the record at the end checks
+        the fence again, and the transaction (idle for `lease_s`) ends on the server.
         If the connection fails at COMMIT, the transaction may have committed without
         telling us: the record (same run, position and attempt) says which.
         """
         output: str | None = None
         try:
             async with self.db.transaction(pipelined=False) as tx:  # the body's connection
-                await self.check_lease(tx, lease)
+                await self.check_lease(
+                    tx, lease, "body_lease", idle_ms=max(1, round(lease_s * 1000))
+                )
                 try:
                     result = fn(tx.connection, *args)
                     if inspect.isawaitable(result):
@@ -335,8 +339,10 @@ class Store(RunEnds, Sends, GiveBacks):
         assert output is not None
         return output
 
-    async def check_lease(self, tx: Tx, lease: Lease) -> datetime:
-        rows = await tx.fetch("check_lease", **lease.params())
+    async def check_lease(
+        self, tx: Tx, lease: Lease, query: str = "check_lease", **params: Any
+    ) -> datetime:
+        rows = await tx.fetch(query, **lease.params(), **params)
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id}; nothing was committed")
         return rows[0]["db_now"]  # type: ignore[no-any-return]

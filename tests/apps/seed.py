@@ -207,6 +207,27 @@ async def fence_out_flow(ctx: Any) -> str:
     return "done"
 
 
+async def held_register(conn: Any, run_id: str) -> str:
+    """The run's one library row, written inside the step's transaction (PostgreSQL). The
+    first attempt then says so in the file TX_MARKER and waits, its transaction open, for
+    the test to freeze its worker (SIGSTOP, or a silent network)."""
+    await conn.execute(
+        "INSERT INTO biz.library (order_id, path, run_id) VALUES (%s, %s, %s)",
+        (run_id, WORKER, run_id),
+    )
+    marker = os.environ["TX_MARKER"]
+    if not os.path.exists(marker):
+        with open(marker, "w") as out:
+            out.write(WORKER)
+        await asyncio.sleep(scaled(120))
+    return WORKER
+
+
+@app.workflow(name="tx-freeze", version="v1")
+async def tx_freeze(ctx: Any) -> str:
+    return str(await ctx.step.transaction("register", held_register, ctx.run_id))
+
+
 @app.workflow(name="slow", version="v1")
 async def slow(ctx: Any, mode: str) -> None:
     await ctx.step.run("long", long_async if mode == "async" else long_sync)

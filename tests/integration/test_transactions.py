@@ -302,3 +302,85 @@ async def test_a_body_cannot_end_its_own_transaction(pg_url: str, ends: str) -> 
         with pytest.raises(RunFailedError):
             await (await wf.start()).result(timeout=scaled(10))
     assert _library(pg_url) == []
+
+
+async def test_a_claim_takes_over_a_run_whose_transaction_body_runs(pg_url: str) -> None:
+    """A body's transaction holds no lock on its run while the body runs: a claim (here by
+    another worker, once the lease has run out) is not held up by it. The fence is checked
+    again as the step is recorded, at the end of the transaction: a run taken over in the
+    meantime makes it raise LeaseLostError, and the business write is rolled back."""
+    _business_table(pg_url)
+    app = Durably(pg_url)
+    inside, release = threading.Event(), threading.Event()
+
+    async def held(conn: Any) -> None:
+        await _insert(conn, "k1")
+        inside.set()
+        await asyncio.to_thread(release.wait, scaled(30))
+
+    @app.workflow(name="held", version="v1")
+    async def wf(ctx: Any) -> None:
+        await ctx.step.transaction("register", held, retry=RetryPolicy(max_attempts=1))
+
+    async with app:
+        handle = await wf.start()
+        async with app.worker(lease="30s", heartbeat="10s"):
+            try:
+                await eventually(inside.is_set, what="the body inside its transaction")
+                with psycopg.connect(pg_url, autocommit=True) as conn:  # as if A were frozen
+                    conn.execute(
+                        "UPDATE durably.runs SET lease_expires_at = now(), available_at = now()"
+                        " WHERE id = %s",
+                        (handle.run_id,),
+                    )
+                claimed = await asyncio.wait_for(
+                    app.store.claim("thief", [("held", "v1")], 1, 30.0), scaled(10)
+                )
+                assert [row["id"] for row in claimed] == [handle.run_id]
+            finally:
+                release.set()
+            await eventually(lambda: _attempts(pg_url, handle.run_id) is not None,
+                             what="the body to end")  # fmt: skip
+    assert _library(pg_url) == []
+
+
+def _attempts(url: str, run_id: str) -> list[str] | None:
+    """The run's attempt statuses, once the worker has let go of it (None before)."""
+    with psycopg.connect(url) as conn:
+        active = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND state = 'idle in transaction'"
+        ).fetchone()
+        if active is None or active[0]:
+            return None
+        rows = conn.execute("SELECT status FROM durably.step_attempts WHERE run_id = %s",
+                            (run_id,))  # fmt: skip
+        return [str(r[0]) for r in rows]
+
+
+async def test_a_body_idle_in_its_transaction_for_a_lease_fails_its_attempt(pg_url: str) -> None:
+    """The server ends a body's transaction left idle for a lease (what frees a frozen
+    worker's locks): a live body that waits that long on something else, inside its
+    transaction, fails that attempt, and is retried by policy."""
+    _business_table(pg_url)
+    app = Durably(pg_url)
+    tries: list[int] = []
+
+    async def slow(conn: Any) -> None:
+        tries.append(len(tries))
+        await _insert(conn, f"k{len(tries)}")
+        if len(tries) == 1:
+            await asyncio.sleep(scaled(1.5))  # idle, the lease renewed all along
+        await conn.execute("SELECT 1")
+
+    @app.workflow(name="idle", version="v1")
+    async def wf(ctx: Any) -> None:
+        await ctx.step.transaction("register", slow, retry=RetryPolicy(max_attempts=2))
+
+    async with app, app.worker(lease=f"{scaled(1):g}s", heartbeat=f"{scaled(0.2):g}s"):
+        handle = await wf.start()
+        await handle.result(timeout=scaled(20))
+        steps = await app.list_steps(handle.run_id)
+    assert _library(pg_url) == ["k2"]
+    assert [s.status for s in steps] == ["failed", "completed"]
+    assert "idle-in-transaction timeout" in str(steps[0].error)

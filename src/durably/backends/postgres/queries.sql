@@ -2,8 +2,9 @@
 -- `:name` a parameter. JSON goes in and comes out as text; the engine encodes and decodes.
 -- A "fenced" query writes only while (run_id, fence, worker_id) still holds a live lease;
 -- it takes FOR KEY SHARE on the run row so that no claim (FOR UPDATE) can bump the fence
--- before it commits, while heartbeats and cancels (plain updates) are not held up by a
--- long `step.transaction`.
+-- before it commits, while heartbeats and cancels (plain updates) are not held up by it.
+-- A `step.transaction` takes that lock only at its end, with the step's record (see
+-- body_lease): a claim is never held up by a body that runs, or by its frozen worker.
 -- A run looked up by its id (a lease, a parent) has its status tested as
 -- `(status = 'running') IS TRUE`: the same test, but not one runs_status can serve. With
 -- statistics from before a burst of runs started, the planner took that index for a
@@ -250,6 +251,22 @@ SELECT now() AS db_now FROM {schema}.runs
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running' OR compensating)
 FOR KEY SHARE;
+
+-- name: body_lease
+-- The lease check that opens a `step.transaction` body's transaction. It locks nothing:
+-- a claim passes over a run it cannot lock (SKIP LOCKED), and a worker frozen or cut off
+-- inside the body would hold up every takeover of its run for as long as the server keeps
+-- the session (a partition: until TCP keepalives give up, hours by default). The fence is
+-- checked again, under the lock, by the step's record at the end (record_finish): a run
+-- taken over while the body ran fails it (LeaseLostError), and the body's writes roll back.
+-- And the server ends the transaction once it has been idle for a lease (`:idle_ms`: its
+-- worker frozen or cut off, or a body that waits that long on something else): no row the
+-- body locked is held from the worker that took over for longer than that.
+SELECT now() AS db_now,
+    set_config('idle_in_transaction_session_timeout', CAST(:idle_ms AS text), true) AS idle
+FROM {schema}.runs
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating);
 
 -- name: record_start
 WITH lease AS (

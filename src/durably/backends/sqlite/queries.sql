@@ -146,6 +146,12 @@ SELECT now() AS db_now FROM {schema}_runs
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running' OR compensating);
 
+-- name: body_lease
+-- check_lease, as a `step.transaction` body's transaction opens (see PostgreSQL's).
+SELECT now() AS db_now FROM {schema}_runs
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating);
+
 -- name: record_start
 INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, fence,
     worker_id, signal, child_run_id, wake_at, started_at, workflow_attempt)
