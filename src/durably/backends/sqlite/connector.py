@@ -80,6 +80,35 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.05)
 
 
+class EngineConnection(sqlite3.Connection):
+    """The engine's connection: while a `step.transaction` body holds it (`lent`), it
+    refuses to end the step's transaction or itself. sqlite3 would commit the body's
+    writes at once, without the step's record (a failed attempt kept them), roll back
+    what the engine wrote before it, or close the connection every run of the process
+    uses. psycopg refuses commit() and rollback() inside a `transaction()` block alike."""
+
+    lent = False
+
+    def _refuse(self, what: str) -> None:
+        if self.lent:
+            raise sqlite3.ProgrammingError(
+                f"a step.transaction body cannot {what} its connection: its writes commit "
+                "with the step's record, or roll back when the body raises"
+            )
+
+    def commit(self) -> None:
+        self._refuse("commit()")
+        super().commit()
+
+    def rollback(self) -> None:
+        self._refuse("rollback()")
+        super().rollback()
+
+    def close(self) -> None:
+        self._refuse("close()")
+        super().close()
+
+
 class SqliteTx:
     """A transaction on one sqlite3 connection (ours, or the caller's)."""
 
@@ -139,7 +168,7 @@ class SqliteConnector:
         self.read_only = read_only
         self.schema = schema
         self._clock = clock
-        self._conn: sqlite3.Connection | None = None
+        self._conn: EngineConnection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._lock = asyncio.Lock()
         self._queries = {
@@ -149,14 +178,15 @@ class SqliteConnector:
         self._listeners: list[Callable[[str], None]] = []
         self._thread_ids: set[int] = set()
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> EngineConnection:
         target = self.path
         if self.read_only:
             target = f"file:{quote(self.path)}?mode=ro"
         elif self.path not in (":memory:", "") and not self.path.startswith("file:"):
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(target, uri=self.read_only, isolation_level=None,
-                               check_same_thread=False, timeout=30.0)  # fmt: skip
+                               check_same_thread=False, timeout=30.0,
+                               factory=EngineConnection)  # fmt: skip
         self.prepare(conn)
         if not self.read_only:
             _use_wal(conn)
@@ -185,6 +215,7 @@ class SqliteConnector:
     async def close(self) -> None:
         if self._conn is not None:
             conn, self._conn = self._conn, None
+            conn.lent = False  # closed under a body still running (it fails, as it did)
             await self._run(conn.close)
         if self._executor is not None:
             self._executor.shutdown(wait=True)
@@ -271,11 +302,14 @@ class SqliteConnector:
                 assert self._executor is not None
                 self._executor.submit(_roll_back_quietly, conn)
                 raise
+            conn.lent = not pipelined  # a body's transaction (see Connector.transaction)
             try:
                 yield SqliteTx(conn, self._queries, self._run)
             except BaseException:
+                conn.lent = False
                 await self._run(conn.rollback)
                 raise
+            conn.lent = False
             await self._run(conn.commit)
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
