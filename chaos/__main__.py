@@ -177,7 +177,12 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
               f"seed {args.seed}")  # fmt: skip
     if plant:
         header += f"; PLANTED: {workload.PLANTS[plant]}"
-    return invariants.Report(header, ev, invariants.check_all(ev), _facts(load, workers))
+    facts = _facts(load, workers)
+    if injector.tx_takeovers:
+        facts["workers frozen inside step.transaction, their run taken over meanwhile"] = (
+            f"{sum(injector.tx_takeovers)} of {len(injector.tx_takeovers)}"
+        )
+    return invariants.Report(header, ev, invariants.check_all(ev), facts)
 
 
 def _facts(load: workload.LoadGenerator, workers: Workers) -> dict[str, object]:

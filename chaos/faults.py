@@ -1,11 +1,12 @@
 """Worker processes and the faults the soak injects into them and into the database.
 
 Every 2-10 s one random fault hits one worker: kill -9 (then a new worker takes the slot),
-SIGSTOP for longer than the lease then SIGCONT, SIGTERM (the worker drains, a new one takes
-the slot), a rolling deploy (SIGTERM, and the slot's next worker runs the other deploy of
-`workload.DEPLOYS`; at least one worker always runs the new one), and, for the worker
-connected through the `FaultProxy`, a network freeze longer than the lease, or a COMMIT
-whose reply is lost. The soak begins mid-deploy: the second worker runs the old deploy.
+SIGSTOP for longer than the lease then SIGCONT (also inside a `step.transaction` body, on
+PostgreSQL: another worker must take its run over meanwhile), SIGTERM (the worker drains,
+a new one takes the slot), a rolling deploy (SIGTERM, and the slot's next worker runs the
+other deploy of `workload.DEPLOYS`; at least one worker always runs the new one), and,
+for the worker connected through the `FaultProxy`, a network freeze longer than the lease,
+or a COMMIT whose reply is lost. The soak begins mid-deploy: the second worker runs the old deploy.
 Independently, on PostgreSQL, a schema migration (`migration`) runs every 10-30 s, and
 PostgreSQL (a cluster of the soak's own) is stopped for 0-5 s every 5-40 s. Each fault is
 logged with the worker it hit ("*": all of them) and when, so the checks can tell a
@@ -26,6 +27,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
 from tests.faults import FaultProxy
 from tests.helpers import freeze_outside_a_write
 from tests.pgcluster import Cluster
@@ -171,12 +174,15 @@ class FaultInjector:
         self.migration = migration
         self.log: list[Fault] = []
         self.db_down = False
+        self.tx_takeovers: list[bool] = []  # sigstop-in-tx: taken over while frozen?
 
     def counts(self) -> Counter[str]:
         return Counter(f.kind for f in self.log)
 
     def kinds(self) -> list[str]:
         kinds = ["kill-9", "sigstop", "sigterm", "rolling-deploy"]
+        if self.migration is not None:  # PostgreSQL (a frozen SQLite writer holds the file)
+            kinds.append("sigstop-in-tx")
         if self.proxy is not None:
             kinds += ["net-freeze", "commit-reply-lost"]
         return kinds
@@ -221,6 +227,49 @@ class FaultInjector:
         os.killpg(proc.pid, signal.SIGCONT)
         # Until it has noticed its leases are gone, its bodies may still be running.
         self.log.append(Fault("sigstop", slot.name, t0, time.time() + 1))
+
+    async def _sigstop_in_tx(self, slot: Slot) -> None:
+        """SIGSTOP while the worker is inside a `step.transaction` body, its row written
+        (the body waits there when asked: `workload._hold_for_a_freeze`), until another
+        worker has taken the run over (at most the lease + 8 s). Thawed, its transaction
+        must commit nothing (`check_effects`)."""
+        assert slot.proc is not None and self.migration is not None
+        folder = Path(self.workers.env["CHAOS_LEDGER"])
+        ask, inside = folder / f"hold-tx-{slot.name}", folder / f"inside-tx-{slot.name}"
+        inside.unlink(missing_ok=True)  # a body that came too late the last time goes on
+        ask.touch()
+        until = time.monotonic() + 10
+        while not inside.exists() and time.monotonic() < until:
+            await asyncio.sleep(0.02)
+        ask.unlink(missing_ok=True)
+        if not inside.exists():
+            return  # no transaction body came by
+        run_id, proc, t0 = inside.read_text(), slot.proc, time.time()
+        fence = await self._fence(run_id)
+        os.killpg(proc.pid, signal.SIGSTOP)
+        taken, until = False, time.monotonic() + self.workers.lease_s + 8
+        while not taken and time.monotonic() < until:
+            await asyncio.sleep(0.1)
+            now = await self._fence(run_id)  # a claim by another worker bumps it
+            taken = fence is not None and now is not None and now > fence
+        self.tx_takeovers.append(taken)
+        inside.unlink(missing_ok=True)
+        os.killpg(proc.pid, signal.SIGCONT)
+        self.log.append(Fault("sigstop-in-tx", slot.name, t0, time.time() + 1))
+
+    async def _fence(self, run_id: str) -> int | None:
+        """The run's fence (None: the database did not answer)."""
+        assert self.migration is not None
+        query = sql.SQL("SELECT fence FROM {}.runs WHERE id = %s").format(
+            sql.Identifier(self.migration.schema)
+        )
+        try:
+            async with await psycopg.AsyncConnection.connect(self.workers.url, connect_timeout=2,
+                                                             autocommit=True) as conn:  # fmt: skip
+                row = await (await conn.execute(query, (run_id,))).fetchone()
+        except psycopg.Error:
+            return None
+        return None if row is None else int(row[0])
 
     async def _sigterm(self, slot: Slot, kind: str = "sigterm") -> None:
         assert slot.proc is not None

@@ -43,7 +43,7 @@ from durably import (
     WorkflowTimeoutError,
 )
 
-from .ledger import note
+from .ledger import WORKER, note
 
 app = Durably(os.environ.get("DURABLY_DATABASE_URL"))
 PLANT = os.environ.get("CHAOS_PLANT", "")
@@ -126,12 +126,31 @@ async def book(conn: Any, run_id: str, step: str, roll_back_once: bool) -> str:
             await own.execute("INSERT INTO chaos_biz.effects VALUES (%s, %s)", (run_id, step))
     else:
         await conn.execute("INSERT INTO chaos_biz.effects VALUES (%s, %s)", (run_id, step))
+        await _hold_for_a_freeze(run_id)
     if roll_back_once:
         marker = Path(os.environ["CHAOS_LEDGER"]) / f"rolled-back-{run_id}-{step}"
         if not marker.exists():
             marker.touch()
             raise RuntimeError("planned rollback")
     return f"booked:{step}"
+
+
+async def _hold_for_a_freeze(run_id: str) -> None:
+    """The fault `sigstop-in-tx` asks (a file `hold-tx-<worker>`) that the next transaction
+    body of this worker wait inside its transaction, its row written, for the worker to be
+    frozen there: the body takes the request, says which run it holds (`inside-tx-<worker>`)
+    and waits until the fault removes that file (or 20 s)."""
+    folder = Path(os.environ["CHAOS_LEDGER"])
+    try:
+        (folder / f"hold-tx-{WORKER}").unlink()  # one body takes it
+    except FileNotFoundError:
+        return
+    inside = folder / f"inside-tx-{WORKER}"
+    (folder / f"{inside.name}.new").write_text(run_id)
+    (folder / f"{inside.name}.new").rename(inside)
+    until = time.monotonic() + 20
+    while inside.exists() and time.monotonic() < until:
+        await asyncio.sleep(0.05)
 
 
 # ------------------------------------------------------------------ workflows
