@@ -7,7 +7,6 @@ clients call (start, signal, cancel) may run inside the caller's own transaction
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -315,9 +314,7 @@ class Store(RunEnds, Sends, GiveBacks):
                     tx, lease, "body_lease", idle_ms=max(1, round(lease_s * 1000))
                 )
                 try:
-                    result = fn(tx.connection, *args)
-                    if inspect.isawaitable(result):
-                        result = await result
+                    result = await tx.call(fn, *args)
                 except BaseException as exc:  # the body's own error, even a database one
                     failure = user_failure(exc)  # even SystemExit; not a cancellation
                     if isinstance(failure, Exception):

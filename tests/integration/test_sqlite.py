@@ -7,6 +7,8 @@ import asyncio
 import linecache
 import sqlite3
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -116,3 +118,78 @@ def _waiting_to_begin() -> bool:
         if frame.f_code.co_filename.endswith("connector.py") and "BEGIN IMMEDIATE" in source:
             return True
     return False
+
+
+@pytest.mark.parametrize("body", ["sync", "async", "fails once"])
+async def test_a_transaction_body_longer_than_the_lease_costs_no_run_its_lease(
+    sqlite_url: str, body: str
+) -> None:
+    """A `step.transaction` body holds the engine's one connection, and SQLite's write
+    lock, for as long as it runs: twice the lease here. The worker's leases are renewed
+    meanwhile (bodies.py), so neither its other run nor the body's own is halted: each
+    step runs once, and a body that fails has its write rolled back (the renewals stay).
+    A plain function body runs on the connection's thread, not on the event loop. (Before,
+    every run of the worker was halted as its lease ran out, the slow one again and again.)"""
+    app = Durably(sqlite_url)
+    release = threading.Event()
+    tries: list[int] = []
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+        conn.execute("CREATE TABLE biz_rows (k TEXT)")
+
+    async def waits() -> str:
+        await asyncio.to_thread(release.wait, scaled(30))
+        return "waited"
+
+    def slow_sync(conn: sqlite3.Connection) -> str:
+        tries.append(len(tries))
+        conn.execute("INSERT INTO biz_rows VALUES (?)", (f"try{len(tries)}",))
+        if body == "fails once" and len(tries) == 1:
+            time.sleep(scaled(2))
+            raise RuntimeError("the first attempt fails after its write")
+        if body != "fails once":
+            time.sleep(scaled(2))  # twice the lease
+        return "slow"
+
+    async def slow_async(conn: sqlite3.Connection) -> str:
+        conn.execute("INSERT INTO biz_rows VALUES ('try1')")
+        await asyncio.sleep(scaled(2))
+        return "slow"
+
+    @app.workflow(name="other", version="v1")
+    async def other(ctx: Any) -> str:
+        return str(await ctx.step.run("wait", waits))
+
+    @app.workflow(name="slow", version="v1")
+    async def slow_tx(ctx: Any) -> str:
+        fn = slow_async if body == "async" else slow_sync
+        return str(await ctx.step.transaction("slow", fn))
+
+    async with app, app.worker(lease=f"{scaled(1):g}s", heartbeat=f"{scaled(0.2):g}s"):
+        waiting = await other.start()
+
+        async def wait_runs() -> bool:
+            steps = await app.list_steps(waiting.run_id)
+            return any(s.step == "wait" and s.status == "running" for s in steps)
+
+        await eventually(wait_runs, what="the other run's step to run")
+        try:
+            slow = await slow_tx.start()
+            assert await slow.result(timeout=scaled(20)) == "slow"
+        finally:
+            release.set()
+        assert await waiting.result(timeout=scaled(20)) == "waited"
+        other_steps = await app.list_steps(waiting.run_id)
+        slow_steps = await app.list_steps(slow.run_id)
+    assert [s.status for s in other_steps if s.step == "wait"] == ["completed"]
+    expected = ["failed", "completed"] if body == "fails once" else ["completed"]
+    assert [s.status for s in slow_steps] == expected
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+        rows = [r[0] for r in conn.execute("SELECT k FROM biz_rows")]
+    assert rows == (["try2"] if body == "fails once" else ["try1"])
+    fences = await _fences(sqlite_url)  # claimed once (a retry's back-off parks the run)
+    assert fences == {waiting.run_id: 1, slow.run_id: 2 if body == "fails once" else 1}
+
+
+async def _fences(url: str) -> dict[str, int]:
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        return {r[0]: r[1] for r in conn.execute("SELECT id, fence FROM durably_runs")}

@@ -26,6 +26,10 @@ class Tx(Protocol):
     def connection(self) -> Any:
         """The driver's connection, for `step.transaction` bodies."""
 
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A `step.transaction` body, `fn(connection, *args)`, awaited if it is async; on
+        SQLite a plain function runs on the connection's own thread."""
+
     async def fetch(self, query: str, **params: Any) -> list[Row]:
         """Run a named query; the rows it returns."""
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import inspect
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, LiteralString
 
@@ -61,6 +62,10 @@ class PgTx:
     @property
     def connection(self) -> Any:
         return self._conn
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        result = fn(self._conn, *args)
+        return await result if inspect.isawaitable(result) else result
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
         if self._external or query in self._queries.no_deadline:

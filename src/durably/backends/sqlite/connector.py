@@ -1,10 +1,12 @@
 """SQLite through the standard library: one file, WAL, IMMEDIATE transactions.
 
-One connection per process, used from one thread; an asyncio lock gives it to one
-transaction at a time. Other processes on the same file are kept apart by SQLite's own
-write lock (BEGIN IMMEDIATE with a busy timeout). Wake-ups between processes come from
-`PRAGMA data_version`, which changes when another connection commits: reading it touches
-only shared memory, so checking it often costs next to nothing.
+One connection per process, used from one thread (a `step.transaction` body that is a
+plain function runs there too); an asyncio lock gives it to one transaction at a time.
+While a body's transaction holds it, and the file's write lock, the writes that keep this
+process's claims alive do not wait for it (bodies.py). Other processes on the same file
+are kept apart by SQLite's own write lock (BEGIN IMMEDIATE with a busy timeout). Wake-ups
+between processes come from `PRAGMA data_version`, which changes when another connection
+commits: reading it touches only shared memory, so checking it often costs next to nothing.
 
 Commits are durable when they return (`synchronous=FULL`: the WAL is synced at each
 commit; NORMAL would lose the last commits on a power cut, and with them step records
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import json
 import sqlite3
 import threading
@@ -35,6 +39,7 @@ from ..._clock import Clock
 from ..._errors import ConfigurationError, DatabaseUnavailable
 from .. import _queries
 from .._base import LISTENING, Fetched, Row, Sent
+from .bodies import KEEPALIVE, SAVEPOINT, EngineConnection, Hold
 
 _PACKAGE = __package__ or "durably.backends.sqlite"
 _WAKE_POLL_S = 0.02
@@ -80,47 +85,24 @@ def _use_wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.05)
 
 
-class EngineConnection(sqlite3.Connection):
-    """The engine's connection: while a `step.transaction` body holds it (`lent`), it
-    refuses to end the step's transaction or itself. sqlite3 would commit the body's
-    writes at once, without the step's record (a failed attempt kept them), roll back
-    what the engine wrote before it, or close the connection every run of the process
-    uses. psycopg refuses commit() and rollback() inside a `transaction()` block alike."""
-
-    lent = False
-
-    def _refuse(self, what: str) -> None:
-        if self.lent:
-            raise sqlite3.ProgrammingError(
-                f"a step.transaction body cannot {what} its connection: its writes commit "
-                "with the step's record, or roll back when the body raises"
-            )
-
-    def commit(self) -> None:
-        self._refuse("commit()")
-        super().commit()
-
-    def rollback(self) -> None:
-        self._refuse("rollback()")
-        super().rollback()
-
-    def close(self) -> None:
-        self._refuse("close()")
-        super().close()
-
-
 class SqliteTx:
-    """A transaction on one sqlite3 connection (ours, or the caller's)."""
+    """A transaction on one sqlite3 connection (ours, or the caller's); a body's holds
+    the write lock (`hold`) and runs a plain function on the connection's own thread
+    (`body`), so that the event loop goes on meanwhile."""
 
     def __init__(
         self,
         conn: sqlite3.Connection,
         queries: dict[str, list[str]],
         run: Callable[[Callable[[], Any]], Awaitable[Any]],
+        hold: Hold | None = None,
+        body: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     ) -> None:
         self._conn = conn
         self._queries = queries
         self._run = run
+        self._hold = hold
+        self._body = body
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -129,7 +111,21 @@ class SqliteTx:
     async def fetch(self, query: str, **params: Any) -> list[Row]:
         statements = self._queries[query]
         args = _params(params)
-        return list(await self._run(lambda: _execute(self._conn, statements, args)))
+        conn, hold = self._conn, self._hold
+
+        def execute() -> list[Row]:
+            if hold is not None:
+                hold.flush(conn)
+            return _execute(conn, statements, args)
+
+        return list(await self._run(execute))
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._body is None or inspect.iscoroutinefunction(fn):
+            result = fn(self._conn, *args)
+        else:  # its own errors as they are: not the engine's (see `classify`)
+            result = await self._body(functools.partial(fn, self._conn, *args))
+        return await result if inspect.isawaitable(result) else result
 
     async def send(self, query: str, **params: Any) -> Sent:
         return Fetched(await self.fetch(query, **params))
@@ -177,6 +173,9 @@ class SqliteConnector:
         }
         self._listeners: list[Callable[[str], None]] = []
         self._thread_ids: set[int] = set()
+        self._hold: Hold | None = None  # a body's transaction holds the write lock
+        self._reader: sqlite3.Connection | None = None  # reads while it does (bodies.py)
+        self._reads: ThreadPoolExecutor | None = None
 
     def _connect(self) -> EngineConnection:
         target = self.path
@@ -220,6 +219,12 @@ class SqliteConnector:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+        if self._reads is not None:
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                self._reads.submit(reader.close)
+            self._reads.shutdown(wait=True)
+            self._reads = None
 
     async def _run(self, fn: Callable[[], Any]) -> Any:
         assert self._executor is not None
@@ -302,17 +307,59 @@ class SqliteConnector:
                 assert self._executor is not None
                 self._executor.submit(_roll_back_quietly, conn)
                 raise
-            conn.lent = not pipelined  # a body's transaction (see Connector.transaction)
+            hold: Hold | None = None
             try:
-                yield SqliteTx(conn, self._queries, self._run)
+                if not pipelined:  # a body's (see Connector.transaction, and bodies.py)
+                    await self._run(lambda: conn.execute(f"SAVEPOINT {SAVEPOINT}"))
+                    hold = self._hold = Hold(self._clock.time(), self._queries)
+                    conn.lent = True
+                yield SqliteTx(conn, self._queries, self._run, hold, self._in_thread)
             except BaseException:
-                conn.lent = False
-                await self._run(conn.rollback)
+                await self._end(conn, hold, failed=True)
                 raise
-            conn.lent = False
-            await self._run(conn.commit)
+            await self._end(conn, hold, failed=False)
+
+    async def _end(self, conn: EngineConnection, hold: Hold | None, failed: bool) -> None:
+        """Commit or roll back; a body's transaction lets go of its hold (bodies.py), on
+        the connection's thread, behind the body if it still runs there."""
+        if hold is None:
+            await self._run(conn.rollback if failed else conn.commit)
+            return
+        try:
+            await self._run(lambda: hold.let_go(conn, failed))
+        finally:
+            self._hold = None
+
+    def _in_thread(self, fn: Callable[[], Any]) -> Awaitable[Any]:
+        assert self._executor is not None
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    async def _while_held(self, args: dict[str, Any], query: str) -> list[Row]:
+        """A write that keeps our claims alive, deferred to a body's hold (before the read,
+        which yields: the hold may end meanwhile), answered."""
+        if query != "heartbeat":
+            return []  # their callers read nothing back
+        if self._reads is None:
+            self._reads = ThreadPoolExecutor(1, thread_name_prefix="durably-sqlite-read")
+        loop = asyncio.get_running_loop()
+        try:
+            return list(await loop.run_in_executor(self._reads, self._read_held, args))
+        except sqlite3.Error as exc:
+            raise classify(exc) from exc
+
+    def _read_held(self, args: dict[str, Any]) -> list[Row]:
+        if self._reader is None:
+            self._reader = sqlite3.connect(self.path, isolation_level=None,
+                                           check_same_thread=False, timeout=30.0)  # fmt: skip
+            self.prepare(self._reader)
+        return _execute(self._reader, self._queries["held_since"], args)
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
+        hold = self._hold
+        if hold is not None and query in KEEPALIVE and self.path not in (":memory:", ""):
+            deferred = hold.defer(query, _params(params))
+            if deferred is not None:
+                return await self._while_held(deferred, query)
         statements = self._queries[query]
         if any(not s.lstrip().upper().startswith("SELECT") for s in statements):
             async with self.transaction() as tx:

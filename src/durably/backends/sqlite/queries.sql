@@ -141,6 +141,24 @@ WHERE id IN (SELECT value FROM json_each(:ids))  -- looked up: not a scan of run
               WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence)
 RETURNING id, status, wake_requested;
 
+-- name: held_since
+-- What heartbeat would say, read (on a connection of its own) while a step.transaction
+-- body of this process holds the write lock, for the leases live when it took the lock
+-- (`:since`): nobody else can claim until it lets go (see bodies.py).
+SELECT id, status, wake_requested FROM {schema}_runs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND worker_id = :worker_id AND lease_expires_at > :since AND (status = 'running' OR compensating)
+  AND EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
+              WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence);
+
+-- name: renew_held
+-- heartbeat, written in that body's transaction before it lets go of the lock.
+UPDATE {schema}_runs SET lease_expires_at = now() + :lease, available_at = now() + :lease
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND worker_id = :worker_id AND lease_expires_at > :since AND (status = 'running' OR compensating)
+  AND EXISTS (SELECT 1 FROM json_each(:ids) i JOIN json_each(:fences) f ON i.key = f.key
+              WHERE i.value = {schema}_runs.id AND f.value = {schema}_runs.fence);
+
 -- name: check_lease
 SELECT now() AS db_now FROM {schema}_runs
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
