@@ -344,11 +344,17 @@ async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
         return
     attempt, began, _ = await _begin(x, cmd, True)
     seq = x.reserve()
+    # The body's task, interrupted as any step body is (a cancel, a lost lease): its
+    # transaction is rolled back at once, not when the execution's lifecycles end.
+    task = asyncio.ensure_future(x.store.transact(
+        x.lease, x.lease_s, cmd.position, attempt, cmd.name, seq, body.fn, body.args,
+        lambda value: x.encode(value, f"the result of step {cmd.name!r}"),
+    ))  # fmt: skip
+    cmd.body = task
+    if x.interrupting:  # halted while this attempt was being set up
+        task.cancel()
     try:
-        output = await x.store.transact(
-            x.lease, x.lease_s, cmd.position, attempt, cmd.name, seq, body.fn, body.args,
-            lambda value: x.encode(value, f"the result of step {cmd.name!r}"),
-        )  # fmt: skip
+        output = await task
     except asyncio.CancelledError:
         x.unreserve(seq)
         await x.record_canceled(cmd, attempt, x.clock.monotonic() - began)

@@ -405,3 +405,36 @@ async def test_a_body_idle_in_its_transaction_for_a_lease_fails_its_attempt(pg_u
     assert _library(pg_url) == ["k2"]
     assert [s.status for s in steps] == ["failed", "completed"]
     assert "idle-in-transaction timeout" in str(steps[0].error)
+
+
+async def test_a_cancel_interrupts_a_transaction_body_at_once(pg_url: str) -> None:
+    """A run canceled (or whose lease is lost) while a `step.transaction` body runs has
+    that body interrupted at once, like any step body (README: within 1 s), and its write
+    rolled back: the body's transaction does not go on after the run was let go (it went
+    on until the execution's lifecycles were cancelled, 10 s later). On SQLite nothing can
+    cancel the run meanwhile: the body's transaction holds the file's write lock."""
+    db_url = pg_url
+    _business_table(db_url)
+    app = Durably(db_url)
+    inside = asyncio.Event()
+
+    async def held(conn: Any) -> None:
+        await _insert(conn, "k1")
+        inside.set()
+        await asyncio.sleep(scaled(60))
+
+    @app.workflow(name="held", version="v1")
+    async def wf(ctx: Any) -> None:
+        await ctx.step.transaction("register", held)
+
+    async with app, app.worker() as worker:
+        handle = await wf.start()
+        await eventually(inside.is_set, what="the body inside its transaction")
+        await app.cancel(handle.run_id)
+        loop = asyncio.get_running_loop()
+        canceled_at = loop.time()
+        await eventually(lambda: handle.run_id not in worker.running, timeout=3,
+                         what="the worker to let go of the run")  # fmt: skip
+        took = loop.time() - canceled_at
+    assert took < scaled(1.5), took
+    assert _library(db_url) == []
