@@ -6,7 +6,6 @@ result), and a run with nothing but waits left parks on them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from datetime import datetime
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
     from ._workflow import Workflow
 
 CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
+TIMED_OUT = {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"}
 
 
 async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
@@ -176,31 +176,33 @@ async def check_child(
     x: Execution, cmd: Command, attempt: int, child_id: str, wake_at: datetime | None
 ) -> None:
     child = await x.store.get_run(child_id)
-    timed_out = (child.error or {}).get("type") == "WorkflowTimeoutError"
-    if child.terminal and not (child.status == "canceled" and timed_out):
-        if child.status == "completed":
-            out = x.encode(child.output, "a child's result")
-            await _resolve_wait(x, cmd, attempt, None, output=out)
-            return
-        error = {
-            "type": "ChildWorkflowError",
-            "message": f"child run {child.run_id} {child.status}",
-            "child_run_id": child.run_id, "status": child.status, "child_error": child.error,
-        }  # fmt: skip
-    elif child.terminal or (wake_at is not None and wake_at <= x.now()):
-        # Timed out: cancel the child (a claim that did so before it could record the
-        # time-out finds the child canceled for that reason, and records it now).
-        with contextlib.suppress(RunTerminalError):
-            await x.store.cancel(
-                child.run_id,
-                {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"},
-            )
+    if not child.terminal and (wake_at is None or wake_at > x.now()):
+        cmd.wait = Wait(wake_at, f"child:{child.run_id}", attempt=attempt,
+                        child_run_id=child.run_id)  # fmt: skip
+        return
+    if not child.terminal:
+        # Timed out: cancel the child. It may end on its own meanwhile: then its end, read
+        # again, is the outcome (a child that completed is the parent's result).
+        try:
+            child = await x.store.cancel(child.run_id, TIMED_OUT)
+        except RunTerminalError:
+            child = await x.store.get_run(child_id)
+    if child.status == "completed":
+        out = x.encode(child.output, "a child's result")
+        await _resolve_wait(x, cmd, attempt, None, output=out)
+        return
+    error: dict[str, Any]
+    if child.status == "canceled" and (child.error or {}).get("type") == TIMED_OUT["type"]:
+        # Canceled for the parent's time-out (by this claim, or by one that did so before
+        # it could record the time-out).
         error = {
             "type": "WorkflowTimeoutError", "child_run_id": child.run_id,
             "message": f"child run {child.run_id} did not finish in time; canceled",
         }  # fmt: skip
     else:
-        cmd.wait = Wait(wake_at, f"child:{child.run_id}", attempt=attempt,
-                        child_run_id=child.run_id)  # fmt: skip
-        return
+        error = {
+            "type": "ChildWorkflowError",
+            "message": f"child run {child.run_id} {child.status}",
+            "child_run_id": child.run_id, "status": child.status, "child_error": child.error,
+        }  # fmt: skip
     await _resolve_wait(x, cmd, attempt, None, status="failed", error=error)
