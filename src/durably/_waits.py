@@ -6,6 +6,8 @@ result), and a run with nothing but waits left parks on them.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import uuid
 from datetime import datetime
@@ -14,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ._codec import decode
 from ._commands import Command, Wait, child_error
 from ._errors import InvalidInput, RunTerminalError, StepFailedError, describe
-from ._records import PendingStep
+from ._operations import RESUMABLE, Operations
+from ._records import NewRun, PendingStep
 
 if TYPE_CHECKING:
     from ._execution import Execution
@@ -22,6 +25,10 @@ if TYPE_CHECKING:
 
 CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
 TIMED_OUT = {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"}
+SUPERSEDED = {
+    "type": "ChildSuperseded",
+    "message": "a later attempt of the parent started a child of other input at its position",
+}
 
 
 async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
@@ -144,30 +151,55 @@ async def run_child(
     if rec is not None and rec.waiting and rec.child_run_id:
         await check_child(x, cmd, rec.attempt, rec.child_run_id, rec.wake_at)
         return
+    earlier = x.history.child_at(cmd.position)  # an earlier workflow attempt's child
     attempt = x.new_attempt(cmd.position)
-    child_id = child_run_id(x.run_id, cmd.position, attempt)
     try:
         new = workflow.new_run(
-            input, parent_run_id=x.run_id, run_id=child_id, parent_close=on_parent_close
-        )
+            input, parent_run_id=x.run_id, parent_close=on_parent_close,
+            run_id=earlier or child_run_id(x.run_id, cmd.position),
+        )  # fmt: skip
     except InvalidInput as exc:
         error = describe(exc)
         await x.settle(cmd, PendingStep(
             cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
         ), error=StepFailedError(cmd.name, error))  # fmt: skip
         return
+    if earlier is not None:
+        new = await _take_over(x, cmd, new, attempt)
+    child_id = new.run_id
+    assert child_id is not None
     wake_at, created = await x.store.start_child(
         x.lease, cmd.position, attempt, cmd.name, new, timeout
     )
     if created:
         cmd.wait = Wait(wake_at, f"child:{child_id}", attempt=attempt, child_run_id=child_id)
-    else:  # started before (a lost reply): it may have ended already
+    else:  # started before (a lost reply, an earlier attempt): it may have ended already
         await check_child(x, cmd, attempt, child_id, wake_at)
 
 
+async def _take_over(x: Execution, cmd: Command, new: NewRun, attempt: int) -> NewRun:
+    """A new workflow attempt (a retry, a resume) at a position where an earlier one started
+    a child: the same child, never a second doing the same work. One that completed gives
+    its result, one still going is waited for, one that failed or was canceled is resumed
+    (its completed steps are not run again). A child of another workflow or input does other
+    work: it is canceled, and this attempt starts its own."""
+    assert new.run_id is not None
+    old = await x.store.get_run(new.run_id)
+    if old.workflow == new.workflow and old.input == decode(new.input_json):
+        if old.status in RESUMABLE:
+            with contextlib.suppress(InvalidInput, RunTerminalError):  # compensating; resumed
+                await Operations(x.store).resume(old.run_id)
+        return new
+    if not old.terminal:
+        with contextlib.suppress(RunTerminalError):
+            await x.store.cancel(old.run_id, SUPERSEDED)
+    return dataclasses.replace(new, run_id=child_run_id(x.run_id, cmd.position, attempt))
+
+
 def child_run_id(run_id: str, position: int, attempt: int = 1) -> str:
-    """Deterministic: a replay that reaches the same call names the same child. A later
-    attempt of the step (after a workflow retry) starts a new child."""
+    """Deterministic: a replay that reaches the same call names the same child, and so does
+    a later workflow attempt (see `_take_over`): the child is a function of the parent run
+    and the position. Only a child replaced by one of other work takes the attempt too."""
     key = f"{run_id}/{position}" if attempt == 1 else f"{run_id}/{position}/{attempt}"
     return uuid.uuid5(CHILD_NAMESPACE, key).hex
 
