@@ -166,7 +166,7 @@ async def run_child(
         return
     if earlier is not None:
         new = await _take_over(x, cmd, new, attempt)
-    child_id = new.run_id
+    child_id = cmd.child_run_id = new.run_id
     assert child_id is not None
     wake_at, created = await x.store.start_child(
         x.lease, cmd.position, attempt, cmd.name, new, timeout

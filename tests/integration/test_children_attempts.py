@@ -6,13 +6,15 @@ result, or the wait for it), never a second child doing the same work."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from typing import Any
 
-from durably import ChildWorkflowError, Durably, RetryPolicy, WorkflowTimeoutError
-from tests.helpers import scaled
+from durably import ChildWorkflowError, Durably, RetryPolicy, StepFailedError, WorkflowTimeoutError
+from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
+TWICE = RetryPolicy(max_attempts=2, initial_interval="10ms")
 
 
 async def test_a_child_completing_as_its_timeout_runs_out_is_reported_completed(
@@ -55,3 +57,75 @@ async def test_a_child_completing_as_its_timeout_runs_out_is_reported_completed(
             if kid.status not in ("completed", "canceled") or got["outcome"] != expected:
                 disagree.append((kid.run_id, kid.status, got))
     assert not disagree, f"{len(disagree)} of 60 parents disagree with their child: {disagree}"
+
+
+async def _children_of(app: Durably, parent: str) -> list[Any]:
+    runs = await app.list_runs(limit=100)
+    return sorted((r for r in runs if r.parent_run_id == parent), key=lambda r: r.created_at)
+
+
+async def test_a_retry_takes_the_completed_child_its_cut_dropped(db_url: str) -> None:
+    """A caught failure, then a child that completed, then a failure: the retry's cut drops
+    the child's result, and the call there takes it again from the same child (not run
+    again)."""
+    app = Durably(db_url)
+    ran: list[str] = []
+
+    def body(name: str) -> str:
+        ran.append(name)
+        if ran.count(name) == 1 and name != "double":
+            raise RuntimeError(f"{name} is down")
+        return name
+
+    @app.workflow(name="kid", version="v1", retry=ONCE)
+    async def kid(ctx: Any, n: int) -> int:
+        await ctx.step.run("double", body, "double")
+        return 2 * n
+
+    @app.workflow(name="retried", version="v1", retry=TWICE)
+    async def retried(ctx: Any) -> int:
+        with contextlib.suppress(StepFailedError):
+            await ctx.step.run("reserve", body, "reserve", retry=ONCE)
+        got = await ctx.step.run_workflow(kid, 21)
+        await ctx.step.run("charge", body, "charge", retry=ONCE)
+        return int(got)
+
+    async with app, app.worker():
+        handle = await retried.start()
+        assert await handle.result(timeout=scaled(20)) == 42
+        assert (await handle.get()).attempts == 2
+        assert len(await _children_of(app, handle.run_id)) == 1
+        assert ran.count("double") == 1
+
+
+async def test_a_retry_calling_with_other_input_replaces_the_earlier_child(db_url: str) -> None:
+    app = Durably(db_url)
+    calls: list[int] = []
+
+    def fails_first() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the first attempt fails")
+
+    @app.workflow(name="waiter", version="v1", retry=ONCE)
+    async def waiter(ctx: Any, n: int) -> int:
+        await ctx.step.wait_for_signal(f"go:{n}", timeout=duration(30))
+        return n
+
+    @app.workflow(name="parent", version="v1", retry=TWICE)
+    async def parent(ctx: Any) -> list[Any]:
+        child = ctx.step.start_workflow(waiter, ctx.attempt)  # other input on the retry
+        await ctx.step.run("fails-first", fails_first, retry=ONCE)
+        return [await child, child.run_id]
+
+    async with app, app.worker():
+        handle = await parent.start()
+
+        async def two_children() -> list[Any]:
+            kids = await _children_of(app, handle.run_id)
+            return kids if len(kids) == 2 and kids[1].status == "waiting" else []
+
+        first, second = await eventually(two_children, what="the retry's own child")
+        assert (await app.get_run(first.run_id)).status == "canceled"
+        await app.send_signal("go:2", None)
+        assert await handle.result(timeout=scaled(20)) == [2, second.run_id]
