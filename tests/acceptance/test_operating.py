@@ -158,3 +158,26 @@ def test_a_workflow_retry_waits_for_the_child_its_failed_attempt_started(
     children = _children(procs, parent, env)
     assert len(children) == 1, children
     assert _ran(log, children[0]["run_id"]) == {"charge-child": 1}
+
+
+def test_a_workflow_retry_receives_again_the_signal_its_cut_dropped(
+    procs: Procs, tmp_path: Path
+) -> None:
+    """The first attempt takes its signal after a caught failure, then fails; the retry
+    starts from before the caught failure, and its wait receives the same signal, sent
+    once (a worker process, the signal sent with the CLI)."""
+    log = tmp_path / "ran.log"
+    env: dict[str, Any] = {"DURABLY_APP": APP, "RAN_LOG": str(log)}
+
+    def shown(run_id: str) -> dict[str, Any]:
+        run: dict[str, Any] = procs.json("show", run_id, **env)["run"]
+        return run
+
+    procs.worker("w", **env)
+    run_id = procs.json("start", "approval", "--input", "3", **env)["run_id"]
+    eventually_sync(lambda: shown(run_id)["status"] == "waiting", what="the wait")
+    procs.json("signal", "approve:3", "--data", '{"by": "ann"}', **env)
+    eventually_sync(lambda: shown(run_id)["status"] == "completed", what="the retried run")
+    assert shown(run_id)["attempts"] == 2
+    assert shown(run_id)["output"] == ["held", {"by": "ann"}]
+    assert procs.json("signals", **env) == []  # taken again: nothing left buffered

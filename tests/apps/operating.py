@@ -136,3 +136,19 @@ async def retried(ctx: Any, n: int) -> str:
     child = ctx.step.start_workflow(waits_for_finish, n)
     await ctx.step.run("fail-once", fail_once, retry=RetryPolicy(max_attempts=1))
     return str(await child)
+
+
+@app.workflow(
+    name="approval", version="v1", retry=RetryPolicy(max_attempts=2, initial_interval="10ms")
+)
+async def approval(ctx: Any, n: int) -> list[Any]:
+    """A caught failure, then a signal wait, then a failure: the retry's cut drops the
+    wait, and its signal goes back for the retry's wait (never sent again)."""
+    try:
+        await ctx.step.run("hold", fail_once, retry=RetryPolicy(max_attempts=1))
+        held = "held"
+    except StepFailedError:
+        held = "no hold"
+    got = await ctx.step.wait_for_signal(f"approve:{n}", timeout="60s")
+    await ctx.step.run("charge-approved", fail_once, retry=RetryPolicy(max_attempts=1))
+    return [held, got]
