@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._codec import decode
 from ._commands import Command, Wait, child_error
-from ._errors import InvalidInput, RunTerminalError, StepFailedError, describe
+from ._errors import InvalidInput, RunNotFound, RunTerminalError, StepFailedError, describe
 from ._operations import RESUMABLE, Operations
 from ._records import NewRun, PendingStep
 
@@ -184,7 +184,10 @@ async def _take_over(x: Execution, cmd: Command, new: NewRun, attempt: int) -> N
     (its completed steps are not run again). A child of another workflow or input does other
     work: it is canceled, and this attempt starts its own."""
     assert new.run_id is not None
-    old = await x.store.get_run(new.run_id)
+    try:
+        old = await x.store.get_run(new.run_id)
+    except RunNotFound:  # purged with its parent's earlier end: the name is free again
+        return new
     if old.workflow == new.workflow and old.input == decode(new.input_json):
         if old.status in RESUMABLE:
             with contextlib.suppress(InvalidInput, RunTerminalError):  # compensating; resumed
