@@ -1,10 +1,10 @@
 -- A signal a wait received keeps its expiry on the wait's record (`signal_expires_at`):
 -- one given back to the run's buffer (a workflow retry's cut, a `wait_first` loser, a
 -- resume; see `give_back_signal`, `abandon_wait`, `resume_run`) expires when it was sent
--- to, never delivered after. The send (0014) records it as it delivers; a wait that takes
+-- to, never delivered after. The send records it as it delivers; a wait that takes
 -- a buffered signal records the signal's own. Added without a default: no table rewrite.
 ALTER TABLE {schema}.step_attempts ADD COLUMN IF NOT EXISTS signal_expires_at timestamptz;
--- The send of 0014, its delivery recording the expiry (parameters named after the function).
+-- The send of 0015, its delivery recording the expiry (parameters named after the function).
 CREATE OR REPLACE FUNCTION {schema}.send_signal(
     namespace text, name text, data text, idempotency_key text, run_id text,
     expires_s float8, channel text
@@ -13,12 +13,7 @@ LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext(send_signal.namespace || '/' || send_signal.name));
-    -- One signal reaches one wait per run (its earliest), and every run waiting on the name;
-    -- it is stored as delivered to them, or buffered for the next wait when none waits.
-    -- The data waits on the attempt until the run's own worker records it (see 0004).
     RETURN QUERY WITH targets AS (
-        -- Every run waiting on the name, or the one addressed: two branches, one of which
-        -- reads nothing, so that one generic plan reads by name or by run as each call needs.
         SELECT DISTINCT ON (w.run_id) w.id, w.run_id
         FROM (
             SELECT a.id, a.run_id, a.position FROM {schema}.step_attempts a
@@ -28,7 +23,7 @@ BEGIN
             SELECT a.id, a.run_id, a.position FROM {schema}.step_attempts a
             WHERE a.run_id = send_signal.run_id AND a.signal = send_signal.name
               AND a.kind = 'signal-wait' AND a.status = 'running' AND a.delivered_at IS NULL
-        ) w CROSS JOIN LATERAL (  -- each run looked up (see finish_many's `locked`)
+        ) w CROSS JOIN LATERAL (
             SELECT 1 FROM {schema}.runs r
             WHERE r.id = w.run_id AND r.namespace = send_signal.namespace
               AND (r.status IN ('pending', 'running', 'waiting')) IS TRUE
@@ -36,22 +31,15 @@ BEGIN
         ) r
         ORDER BY w.run_id, w.position
     ), locked AS MATERIALIZED (
-        -- Their runs, locked first and in id order: every statement that locks a run and its
-        -- attempts (a cancel, a run's end, a workflow retry) locks the run first.
         SELECT r.id FROM {schema}.runs r
-        WHERE r.id = ANY(ARRAY(SELECT t.run_id FROM targets t))  -- looked up (see claim)
+        WHERE r.id = ANY(ARRAY(SELECT t.run_id FROM targets t))
         ORDER BY r.id
         FOR NO KEY UPDATE
     ), waits AS (
-        -- A wait read as running may be ending meanwhile (its run's end, a cancel, its
-        -- workflow attempt's end: none takes the name's lock). The UPDATE waits for that to
-        -- commit and tests these conditions again on the row as it is then: an ended wait is
-        -- passed over, so the signal goes to the other waits or to the buffer, never into a
-        -- wait nobody reads.
         UPDATE {schema}.step_attempts a
-        SET output = CAST(send_signal.data AS jsonb), delivered_at = now(),
+        SET output = CAST(send_signal.data AS json), delivered_at = now(),
             signal_expires_at = now() + send_signal.expires_s * interval '1 second'
-        WHERE a.id = ANY(ARRAY(SELECT t.id FROM targets t))  -- looked up (see claim)
+        WHERE a.id = ANY(ARRAY(SELECT t.id FROM targets t))
           AND a.run_id IN (SELECT l.id FROM locked l)
           AND a.status = 'running' AND a.delivered_at IS NULL
         RETURNING a.run_id
@@ -71,7 +59,7 @@ BEGIN
     ), stored AS (
         INSERT INTO {schema}.signals (namespace, name, data, idempotency_key, run_id,
             delivered_to, buffered, expires_at)
-        SELECT send_signal.namespace, send_signal.name, CAST(send_signal.data AS jsonb),
+        SELECT send_signal.namespace, send_signal.name, CAST(send_signal.data AS json),
             send_signal.idempotency_key, send_signal.run_id,
             COALESCE((SELECT jsonb_agg(w.run_id ORDER BY w.run_id) FROM waits w), '[]'),
             NOT EXISTS (SELECT 1 FROM waits),
