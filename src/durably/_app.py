@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from . import _telemetry
 from ._clock import Clock
-from ._codec import DEFAULT_MAX_PAYLOAD, encode
+from ._codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
 from ._durations import Duration, parse_duration
 from ._endwatch import EndWatch
 from ._errors import ConfigurationError, WorkflowNotFound
@@ -83,6 +83,9 @@ class Durably(OperatingApi):
         max_payload_bytes: the largest JSON input, output or signal data.
         pool_size: PostgreSQL connections in the pool.
         max_step_attempts: step attempts a run may make in all (then it fails).
+        max_history_bytes: the size a run's recorded results may reach (its next step
+            attempt then fails the run with `PayloadTooLarge`): every claim reads them whole,
+            and the database's limit for that read is 1 GB.
         retention: keep finished runs this long; workers purge older ones periodically
             (one worker at a time). Default: kept for ever (`app.purge` deletes them).
 
@@ -106,6 +109,7 @@ class Durably(OperatingApi):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         pool_size: int = 10,
         max_step_attempts: int = 1000,
+        max_history_bytes: int = DEFAULT_MAX_HISTORY,
         clock: Clock | None = None,
         retention: Duration | None = None,
     ) -> None:
@@ -118,6 +122,7 @@ class Durably(OperatingApi):
         self.end_watch = EndWatch(self.connector, self.store.channel)
         self.max_payload = max_payload_bytes
         self.max_step_attempts = max_step_attempts
+        self.max_history_bytes = max_history_bytes
         self._migrate = migrate
         self._opened = False
         self._open_lock: asyncio.Lock | None = None

@@ -20,6 +20,10 @@ from pydantic import TypeAdapter, ValidationError
 from ._errors import InvalidInput, PayloadTooLarge
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
+# A run's history is read whole by every claim of it, as one JSON value: PostgreSQL's and
+# SQLite's limit for one value is 1 GB, and one run past it would fail the claim of every
+# run of its workflow. A run stops well before (see `Execution.spend_attempt`).
+DEFAULT_MAX_HISTORY = 256 * 1024 * 1024
 
 
 def encode(value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:

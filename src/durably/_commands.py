@@ -96,6 +96,7 @@ class Command:
     step_context: StepContext | None = None
     value: Any = None
     settled: bool = False
+    child_run_id: str | None = None  # a child's, once its lifecycle has named it
 
 
 class StepCall(Generic[T]):

@@ -26,16 +26,18 @@ from typing import TYPE_CHECKING, Any
 
 from . import _telemetry
 from ._clock import Clock
-from ._codec import decode, encode
+from ._codec import DEFAULT_MAX_HISTORY, decode, encode
 from ._commands import Command, error_for, never_awaited, run_compensation
 from ._confirm import ClaimConfirmation
 from ._context import WorkflowContext
 from ._errors import (
     DatabaseUnavailable,
     DeadlineExceeded,
+    DurablyError,
     InvalidInput,
     LeaseLostError,
     NonDeterminismError,
+    PayloadTooLarge,
     StepLimitExceeded,
     WorkflowMisuseError,
     describe,
@@ -76,6 +78,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         on_park: Callable[[float | None], None],
         heartbeat: Callable[[], Coroutine[Any, Any, None]],
         confirm: ClaimConfirmation | None = None,
+        max_history_bytes: int = DEFAULT_MAX_HISTORY,
     ) -> None:
         self.store = store
         self._confirm = confirm
@@ -87,6 +90,10 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         self.threads = threads
         self.max_payload = max_payload
         self.max_step_attempts = max_step_attempts
+        self.max_history_bytes = max_history_bytes
+        # The history's size as claimed, and what this claim encoded to record since (a
+        # signal's data is counted by the next claim's read).
+        self.history_bytes = len(row["history"] or "")
         self.recorder = recorder
         self.on_park = on_park
         self.heartbeat = heartbeat
@@ -125,8 +132,13 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         """The database's time, estimated from the claim's `now()` and the elapsed time."""
         return self._db_now + timedelta(seconds=self.clock.monotonic() - self._mono_at_claim)
 
-    def encode(self, value: Any, what: str) -> str:
-        return encode(value, what, self.max_payload)
+    def encode(self, value: Any, what: str, history: bool = True) -> str:
+        """`value` as JSON to record (counted in the run's history, unless `history` is
+        False)."""
+        text = encode(value, what, self.max_payload)
+        if history:
+            self.history_bytes += len(text)
+        return text
 
     def new_attempt(self, position: int, spend: bool = True) -> int:
         """The number of the next attempt at `position`, counted against the run's limit
@@ -138,12 +150,21 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         return attempt
 
     def spend_attempt(self) -> None:
-        """Count one more step attempt against the run's limit."""
+        """Count one more step attempt against the run's limits: of attempts, and of its
+        history's size (every claim reads the history whole)."""
         self.history.attempts += 1
+        error: DurablyError | None = None
         if self.history.attempts > self.max_step_attempts:
             error = StepLimitExceeded(
                 f"run {self.run_id} reached its limit of {self.max_step_attempts} step attempts"
             )
+        elif self.history_bytes > self.max_history_bytes:
+            error = PayloadTooLarge(
+                f"run {self.run_id}'s history reached {self.history_bytes} bytes, past its "
+                f"limit of {self.max_history_bytes} (Durably(max_history_bytes=...) sets it): "
+                "return less from its steps, or continue in a child or a new run"
+            )
+        if error is not None:
             self.poison(error)
             raise error
 
@@ -360,7 +381,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
             await self._fail(never_awaited(forgotten[0]), retry=False)
             return
         try:
-            out = self.encode(main.result(), "the workflow's result")
+            out = self.encode(main.result(), "the workflow's result", history=False)
         except InvalidInput as exc:
             await self._fail(exc, retry=False)
             return

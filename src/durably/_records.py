@@ -53,7 +53,8 @@ class PendingStep:
     run's log); `wake_at`, on a failure that will be retried, is when. `signal`: a buffered
     signal a wait took at once (this is the wait's first record): recorded as delivered to
     it, as a signal sent to a waiting wait is, so a workflow retry can give it back
-    (`RunEnds.retry_run`). Only a record written alone has one.
+    (`RunEnds.retry_run`), with its expiry, `signal_expires_at`. Only a record written alone
+    has one.
     """
 
     position: int
@@ -69,6 +70,7 @@ class PendingStep:
     wake_at: datetime | None = None
     seq: int | None = None
     signal: str | None = None
+    signal_expires_at: datetime | None = None
 
     def params(self) -> dict[str, Any]:
         return {
@@ -77,7 +79,7 @@ class PendingStep:
             "error": encode(self.error, "error") if self.error else None,
             "final": self.final, "compensable": self.compensable,
             "elapsed_s": self.elapsed_s, "seq": self.seq, "wake_at": self.wake_at,
-            "signal": self.signal,
+            "signal": self.signal, "signal_expires_at": self.signal_expires_at,
         }  # fmt: skip
 
     def batch_entry(self, lease: Lease) -> str:

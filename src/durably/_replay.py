@@ -105,8 +105,11 @@ class History:
         self.attempts = len(rows)
         self.max_seq = max((r.seq or 0 for r in rows), default=0)
         self._last_attempt: dict[int, int] = {}
+        self._children: dict[int, tuple[int, str]] = {}
         for r in rows:
             self._last_attempt[r.position] = max(r.attempt, self._last_attempt.get(r.position, 0))
+            if r.child_run_id and r.attempt >= self._children.get(r.position, (0, ""))[0]:
+                self._children[r.position] = (r.attempt, r.child_run_id)
         self._attempt = workflow_attempt
         view = _view(rows, workflow_attempt, set(resumes))
         self._latest: dict[int, Recorded] = dict(view)
@@ -167,6 +170,12 @@ class History:
 
     def failures(self, position: int) -> int:
         return self._failures.get(position, 0)
+
+    def child_at(self, position: int) -> str | None:
+        """The child the latest attempt at `position` started, whatever the workflow
+        attempt (one a retry's cut or a resume dropped from the view included)."""
+        found = self._children.get(position)
+        return found[1] if found else None
 
     def next_attempt(self, position: int) -> int:
         return self._last_attempt.get(position, 0) + 1

@@ -158,6 +158,7 @@ class Sends:
                 await self.record_finish(lease, PendingStep(
                     position, attempt, step, "signal-wait", "completed",
                     output_json=taken["data"], seq=seq, signal=signal,
+                    signal_expires_at=taken["expires_at"],
                 ), tx)  # fmt: skip
                 return taken["data"] or "null", None
             wake_at = await self.record_start(

@@ -38,9 +38,17 @@ Out_co = TypeVar("Out_co", covariant=True)
 class ChildHandle(Generic[Out_co]):
     """A child run started with `ctx.step.start_workflow`; await it for its result."""
 
-    def __init__(self, run_id: str, call: StepCall[Out_co]) -> None:
-        self.run_id = run_id
+    def __init__(self, run_id: str, call: StepCall[Out_co], cmd: Command) -> None:
+        self._run_id = run_id
         self._call = call
+        self._cmd = cmd
+
+    @property
+    def run_id(self) -> str:
+        """The child's run id. Known at the call: the child at this position, the one an
+        earlier attempt of the parent started included; only where a later attempt calls
+        with another workflow or input (a new child) is it the new one's once started."""
+        return self._cmd.child_run_id or self._run_id
 
     def __await__(self) -> Generator[Any, None, Out_co]:
         return self._call.__await__()
@@ -285,12 +293,10 @@ class StepApi:
             name or f"child:{workflow.name}", "child", lifecycle, result_type=result_type
         )
         rec = cmd.recorded
-        if rec is not None and rec.child_run_id:
-            child_id = rec.child_run_id
-        else:
-            attempt = self._x.history.next_attempt(cmd.position)
-            child_id = w.child_run_id(self._x.run_id, cmd.position, attempt)
-        return ChildHandle(child_id, StepCall(cmd))
+        child_id = (rec.child_run_id if rec is not None else None) or (
+            self._x.history.child_at(cmd.position) or w.child_run_id(self._x.run_id, cmd.position)
+        )
+        return ChildHandle(child_id, StepCall(cmd), cmd)
 
 
 def _seconds(duration: Duration | None) -> float | None:

@@ -34,9 +34,13 @@ class SyncChildHandle(Generic[Out_co]):
     """A child run started with `ctx.step.start_workflow` in a sync workflow."""
 
     def __init__(self, handle: ChildHandle[Out_co], driver: SyncDriver) -> None:
-        self.run_id = handle.run_id
         self._handle = handle
         self._driver = driver
+
+    @property
+    def run_id(self) -> str:
+        """The child's run id (see `ChildHandle.run_id`)."""
+        return self._handle.run_id
 
     def result(self) -> Out_co:
         """Wait durably for the child; its result (ChildWorkflowError if it failed)."""

@@ -7,6 +7,7 @@ result), and a run with nothing but waits left parks on them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import uuid
 from datetime import datetime
@@ -14,14 +15,20 @@ from typing import TYPE_CHECKING, Any
 
 from ._codec import decode
 from ._commands import Command, Wait, child_error
-from ._errors import InvalidInput, RunTerminalError, StepFailedError, describe
-from ._records import PendingStep
+from ._errors import InvalidInput, RunNotFound, RunTerminalError, StepFailedError, describe
+from ._operations import RESUMABLE, Operations
+from ._records import NewRun, PendingStep
 
 if TYPE_CHECKING:
     from ._execution import Execution
     from ._workflow import Workflow
 
 CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
+TIMED_OUT = {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"}
+SUPERSEDED = {
+    "type": "ChildSuperseded",
+    "message": "a later attempt of the parent started a child of other input at its position",
+}
 
 
 async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
@@ -144,30 +151,58 @@ async def run_child(
     if rec is not None and rec.waiting and rec.child_run_id:
         await check_child(x, cmd, rec.attempt, rec.child_run_id, rec.wake_at)
         return
+    earlier = x.history.child_at(cmd.position)  # an earlier workflow attempt's child
     attempt = x.new_attempt(cmd.position)
-    child_id = child_run_id(x.run_id, cmd.position, attempt)
     try:
         new = workflow.new_run(
-            input, parent_run_id=x.run_id, run_id=child_id, parent_close=on_parent_close
-        )
+            input, parent_run_id=x.run_id, parent_close=on_parent_close,
+            run_id=earlier or child_run_id(x.run_id, cmd.position),
+        )  # fmt: skip
     except InvalidInput as exc:
         error = describe(exc)
         await x.settle(cmd, PendingStep(
             cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
         ), error=StepFailedError(cmd.name, error))  # fmt: skip
         return
+    if earlier is not None:
+        new = await _take_over(x, cmd, new, attempt)
+    child_id = cmd.child_run_id = new.run_id
+    assert child_id is not None
     wake_at, created = await x.store.start_child(
         x.lease, cmd.position, attempt, cmd.name, new, timeout
     )
     if created:
         cmd.wait = Wait(wake_at, f"child:{child_id}", attempt=attempt, child_run_id=child_id)
-    else:  # started before (a lost reply): it may have ended already
+    else:  # started before (a lost reply, an earlier attempt): it may have ended already
         await check_child(x, cmd, attempt, child_id, wake_at)
 
 
+async def _take_over(x: Execution, cmd: Command, new: NewRun, attempt: int) -> NewRun:
+    """A new workflow attempt (a retry, a resume) at a position where an earlier one started
+    a child: the same child, never a second doing the same work. One that completed gives
+    its result, one still going is waited for, one that failed or was canceled is resumed
+    (its completed steps are not run again). A child of another workflow or input does other
+    work: it is canceled, and this attempt starts its own."""
+    assert new.run_id is not None
+    try:
+        old = await x.store.get_run(new.run_id)
+    except RunNotFound:  # purged with its parent's earlier end: the name is free again
+        return new
+    if old.workflow == new.workflow and old.input == decode(new.input_json):
+        if old.status in RESUMABLE:
+            with contextlib.suppress(InvalidInput, RunTerminalError):  # compensating; resumed
+                await Operations(x.store).resume(old.run_id)
+        return new
+    if not old.terminal:
+        with contextlib.suppress(RunTerminalError):
+            await x.store.cancel(old.run_id, SUPERSEDED)
+    return dataclasses.replace(new, run_id=child_run_id(x.run_id, cmd.position, attempt))
+
+
 def child_run_id(run_id: str, position: int, attempt: int = 1) -> str:
-    """Deterministic: a replay that reaches the same call names the same child. A later
-    attempt of the step (after a workflow retry) starts a new child."""
+    """Deterministic: a replay that reaches the same call names the same child, and so does
+    a later workflow attempt (see `_take_over`): the child is a function of the parent run
+    and the position. Only a child replaced by one of other work takes the attempt too."""
     key = f"{run_id}/{position}" if attempt == 1 else f"{run_id}/{position}/{attempt}"
     return uuid.uuid5(CHILD_NAMESPACE, key).hex
 
@@ -176,31 +211,33 @@ async def check_child(
     x: Execution, cmd: Command, attempt: int, child_id: str, wake_at: datetime | None
 ) -> None:
     child = await x.store.get_run(child_id)
-    timed_out = (child.error or {}).get("type") == "WorkflowTimeoutError"
-    if child.terminal and not (child.status == "canceled" and timed_out):
-        if child.status == "completed":
-            out = x.encode(child.output, "a child's result")
-            await _resolve_wait(x, cmd, attempt, None, output=out)
-            return
-        error = {
-            "type": "ChildWorkflowError",
-            "message": f"child run {child.run_id} {child.status}",
-            "child_run_id": child.run_id, "status": child.status, "child_error": child.error,
-        }  # fmt: skip
-    elif child.terminal or (wake_at is not None and wake_at <= x.now()):
-        # Timed out: cancel the child (a claim that did so before it could record the
-        # time-out finds the child canceled for that reason, and records it now).
-        with contextlib.suppress(RunTerminalError):
-            await x.store.cancel(
-                child.run_id,
-                {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"},
-            )
+    if not child.terminal and (wake_at is None or wake_at > x.now()):
+        cmd.wait = Wait(wake_at, f"child:{child.run_id}", attempt=attempt,
+                        child_run_id=child.run_id)  # fmt: skip
+        return
+    if not child.terminal:
+        # Timed out: cancel the child. It may end on its own meanwhile: then its end, read
+        # again, is the outcome (a child that completed is the parent's result).
+        try:
+            child = await x.store.cancel(child.run_id, TIMED_OUT)
+        except RunTerminalError:
+            child = await x.store.get_run(child_id)
+    if child.status == "completed":
+        out = x.encode(child.output, "a child's result")
+        await _resolve_wait(x, cmd, attempt, None, output=out)
+        return
+    error: dict[str, Any]
+    if child.status == "canceled" and (child.error or {}).get("type") == TIMED_OUT["type"]:
+        # Canceled for the parent's time-out (by this claim, or by one that did so before
+        # it could record the time-out).
         error = {
             "type": "WorkflowTimeoutError", "child_run_id": child.run_id,
             "message": f"child run {child.run_id} did not finish in time; canceled",
         }  # fmt: skip
     else:
-        cmd.wait = Wait(wake_at, f"child:{child.run_id}", attempt=attempt,
-                        child_run_id=child.run_id)  # fmt: skip
-        return
+        error = {
+            "type": "ChildWorkflowError",
+            "message": f"child run {child.run_id} {child.status}",
+            "child_run_id": child.run_id, "status": child.status, "child_error": child.error,
+        }  # fmt: skip
     await _resolve_wait(x, cmd, attempt, None, status="failed", error=error)

@@ -253,7 +253,7 @@ class Worker:
         execution = Execution(
             self.app.store, wf, row, self.worker_id, self.app.clock, self._threads,
             self.app.max_payload, self.app.max_step_attempts, self._recorder, self._wake_at,
-            lambda: self._renew([run_id]), confirm,
+            lambda: self._renew([run_id]), confirm, self.app.max_history_bytes,
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
         self.running[run_id] = (execution, task)

@@ -95,3 +95,89 @@ def test_resume_never_runs_a_completed_step_again(procs: Procs, tmp_path: Path) 
     assert shown["run"]["output"] == ["no hold", "charged 7", "shipped"]
     assert shown["run"]["resumes"] == [2]
     assert _ran(log, run_id) == {"hold": 1, "charge-card": 1, "ship": 3}
+
+
+def _children(procs: Procs, parent: str, env: dict[str, Any]) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = procs.json("runs", "--limit", "100", **env)
+    return [r for r in runs if r.get("parent_run_id") == parent]
+
+
+def test_resuming_a_parent_resumes_its_child_never_a_new_one(procs: Procs, tmp_path: Path) -> None:
+    """A child failed for good, so did its parent. `durably resume` of the parent resumes
+    that child (its charge is not run again); a child resumed first is the one the resumed
+    parent waits for."""
+    log = tmp_path / "ran.log"
+    env: dict[str, Any] = {"DURABLY_APP": APP, "RAN_LOG": str(log)}
+
+    def status(run_id: str) -> str:
+        return str(procs.json("show", run_id, **env)["run"]["status"])
+
+    broken = procs.worker("broken", **env)
+    parents = [procs.json("start", "checkout", "--input", str(n), **env)["run_id"] for n in (1, 2)]
+    eventually_sync(lambda: all(status(p) == "failed" for p in parents), what="the parents failing")
+    broken.send_signal(signal.SIGTERM)
+    broken.wait(timeout=scaled(20))
+    (first,), (second,) = [_children(procs, p, env) for p in parents]
+    assert _ran(log, first["run_id"]) == {"charge-child": 1, "ship-child": 2}
+
+    procs.worker("fixed", FIXED="1", **env)
+    procs.json("resume", parents[0], **env)  # the parent alone
+    procs.json("resume", second["run_id"], **env)  # the child first, then its parent
+    eventually_sync(lambda: status(second["run_id"]) == "completed", what="the resumed child")
+    procs.json("resume", parents[1], **env)
+    eventually_sync(
+        lambda: all(status(p) == "completed" for p in parents), what="the resumed parents"
+    )
+    for n, (parent, kid) in enumerate(zip(parents, (first, second), strict=True), 1):
+        assert procs.json("show", parent, **env)["run"]["output"] == [f"charged {n}", "shipped"]
+        assert [c["run_id"] for c in _children(procs, parent, env)] == [kid["run_id"]]
+        assert _ran(log, kid["run_id"]) == {"charge-child": 1, "ship-child": 3}
+
+
+def test_a_workflow_retry_waits_for_the_child_its_failed_attempt_started(
+    procs: Procs, tmp_path: Path
+) -> None:
+    """The parent's first attempt fails while its child waits; the retry does not start a
+    second child doing the same work: it waits for the first one."""
+    log = tmp_path / "ran.log"
+    env: dict[str, Any] = {"DURABLY_APP": APP, "RAN_LOG": str(log)}
+
+    def shown(run_id: str) -> dict[str, Any]:
+        run: dict[str, Any] = procs.json("show", run_id, **env)["run"]
+        return run
+
+    procs.worker("w", **env)
+    parent = procs.json("start", "retried", "--input", "5", **env)["run_id"]
+    eventually_sync(
+        lambda: shown(parent)["attempts"] == 2 and shown(parent)["status"] == "waiting",
+        what="the retried parent waiting",
+    )
+    procs.json("signal", "finish:5", **env)
+    eventually_sync(lambda: shown(parent)["status"] == "completed", what="the parent")
+    assert shown(parent)["output"] == "finished 5"
+    children = _children(procs, parent, env)
+    assert len(children) == 1, children
+    assert _ran(log, children[0]["run_id"]) == {"charge-child": 1}
+
+
+def test_a_workflow_retry_receives_again_the_signal_its_cut_dropped(
+    procs: Procs, tmp_path: Path
+) -> None:
+    """The first attempt takes its signal after a caught failure, then fails; the retry
+    starts from before the caught failure, and its wait receives the same signal, sent
+    once (a worker process, the signal sent with the CLI)."""
+    log = tmp_path / "ran.log"
+    env: dict[str, Any] = {"DURABLY_APP": APP, "RAN_LOG": str(log)}
+
+    def shown(run_id: str) -> dict[str, Any]:
+        run: dict[str, Any] = procs.json("show", run_id, **env)["run"]
+        return run
+
+    procs.worker("w", **env)
+    run_id = procs.json("start", "approval", "--input", "3", **env)["run_id"]
+    eventually_sync(lambda: shown(run_id)["status"] == "waiting", what="the wait")
+    procs.json("signal", "approve:3", "--data", '{"by": "ann"}', **env)
+    eventually_sync(lambda: shown(run_id)["status"] == "completed", what="the retried run")
+    assert shown(run_id)["attempts"] == 2
+    assert shown(run_id)["output"] == ["held", {"by": "ann"}]
+    assert procs.json("signals", **env) == []  # taken again: nothing left buffered

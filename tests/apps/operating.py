@@ -96,3 +96,59 @@ async def parent(ctx: Any, name: str) -> int:
     await ctx.step.wait_for_signal(f"approve:{name}")
     await ctx.step.run("explode", explode, retry=RetryPolicy(max_attempts=1))
     return int(got)
+
+
+@app.workflow(name="billing", version="v1")
+async def billing(ctx: Any, n: int) -> list[Any]:
+    """A child that charges, then ships (failing until FIXED): its charge must run once,
+    whatever its parent's attempts do."""
+    charged = await ctx.step.run("charge-child", body, f"charged {n}")
+    shipped = await ctx.step.run("ship-child", flaky, "shipped", retry=TWICE)
+    return [charged, shipped]
+
+
+@app.workflow(name="checkout", version="v1", retry=RetryPolicy(max_attempts=1))
+async def checkout(ctx: Any, n: int) -> list[Any]:
+    """Fails when its child does; `durably resume` continues it."""
+    return list(await ctx.step.run_workflow(billing, n))
+
+
+def fail_once(ctx: StepContext) -> None:
+    """Fails the first time it runs in this test (a file marks that it did)."""
+    marker = os.environ["RAN_LOG"] + f".{ctx.step}"
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError("the first attempt fails")
+
+
+@app.workflow(name="waits-for-finish", version="v1")
+async def waits_for_finish(ctx: Any, n: int) -> str:
+    await ctx.step.run("charge-child", body, f"charged {n}")
+    await ctx.step.wait_for_signal(f"finish:{n}", timeout="60s")
+    return f"finished {n}"
+
+
+@app.workflow(
+    name="retried", version="v1", retry=RetryPolicy(max_attempts=2, initial_interval="10ms")
+)
+async def retried(ctx: Any, n: int) -> str:
+    """Its first attempt fails while its child still runs; the second waits for the child."""
+    child = ctx.step.start_workflow(waits_for_finish, n)
+    await ctx.step.run("fail-once", fail_once, retry=RetryPolicy(max_attempts=1))
+    return str(await child)
+
+
+@app.workflow(
+    name="approval", version="v1", retry=RetryPolicy(max_attempts=2, initial_interval="10ms")
+)
+async def approval(ctx: Any, n: int) -> list[Any]:
+    """A caught failure, then a signal wait, then a failure: the retry's cut drops the
+    wait, and its signal goes back for the retry's wait (never sent again)."""
+    try:
+        await ctx.step.run("hold", fail_once, retry=RetryPolicy(max_attempts=1))
+        held = "held"
+    except StepFailedError:
+        held = "no hold"
+    got = await ctx.step.wait_for_signal(f"approve:{n}", timeout="60s")
+    await ctx.step.run("charge-approved", fail_once, retry=RetryPolicy(max_attempts=1))
+    return [held, got]

@@ -241,19 +241,22 @@ async def test_a_step_failing_for_good_beside_a_signal_wait_fails_the_run_and_co
 
 
 async def test_a_workflow_retry_runs_a_failed_child_again(db_url: str) -> None:
+    """The same child, resumed: its step that failed runs again, its completed one does
+    not (a new child would run it again)."""
     app = Durably(db_url)
     tries: list[int] = []
+    charged: list[int] = []
 
     def attempt_no() -> int:
         tries.append(1)
+        if len(tries) == 1:
+            raise RuntimeError("first child fails")
         return len(tries)
 
     @app.workflow(name="kid", version="v1")
     async def kid(ctx: Any) -> Any:
-        n = await ctx.step.run("n", attempt_no)
-        if n == 1:
-            raise RuntimeError("first child fails")
-        return n
+        await ctx.step.run("charge", lambda: charged.append(1))
+        return await ctx.step.run("n", attempt_no, retry=RetryPolicy(max_attempts=1))
 
     twice = RetryPolicy(max_attempts=2, initial_interval="10ms")
 
@@ -263,8 +266,11 @@ async def test_a_workflow_retry_runs_a_failed_child_again(db_url: str) -> None:
 
     async with app, app.worker():
         run = await _run(app, mom)
+        kids = [r for r in await app.list_runs(workflow="kid") if r.parent_run_id == run.run_id]
     assert run.status == "completed", run.error
     assert run.output == 2 and run.attempts == 2
+    assert len(kids) == 1 and kids[0].resumes == (2,)
+    assert charged == [1]
 
 
 async def test_parent_deadline_and_failure_cancel_children(db_url: str) -> None:

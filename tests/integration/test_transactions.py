@@ -158,6 +158,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         "0013_awaited.sql",
         "0014_send_signal.sql",
         "0015_exact_values.sql",
+        "0017_given_back_expiry.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))

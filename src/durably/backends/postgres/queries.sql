@@ -296,12 +296,13 @@ WITH lease AS (
 )
 INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, final,
     compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
-    seq, wake_at, signal, delivered_at)
+    seq, wake_at, signal, delivered_at, signal_expires_at)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
     :worker_id, CAST(:output AS json), CAST(:error AS jsonb),
     now() - CAST(:elapsed_s AS float8) * interval '1 second', now(), :workflow_attempt,
     :seq, CAST(:wake_at AS timestamptz), CAST(:signal AS text),
-    CASE WHEN CAST(:signal AS text) IS NOT NULL THEN now() END
+    CASE WHEN CAST(:signal AS text) IS NOT NULL THEN now() END,
+    CAST(:signal_expires_at AS timestamptz)
 FROM lease
 ON CONFLICT (run_id, position, attempt) DO UPDATE SET
     status = excluded.status, final = excluded.final, compensable = excluded.compensable,
@@ -366,6 +367,7 @@ RETURNING id;
 -- run's own buffer, once. A wait holds a signal while `delivered_at` is set (when one was
 -- delivered to it or it took one from the buffer; a wait that timed out holds none): it is
 -- cleared here, as `abandon_wait` clears it. The wait is named by its place in the log.
+-- The signal keeps the expiry it was sent with (see 0017).
 -- In an execution, `deliver_buffered` follows in the same transaction (see `Store`).
 WITH lease AS (
     SELECT namespace FROM {schema}.runs
@@ -377,10 +379,13 @@ WITH lease AS (
     WHERE a.run_id = :run_id AND a.position = :position AND a.seq = :seq
       AND a.kind = 'signal-wait' AND a.status = 'completed' AND a.delivered_at IS NOT NULL
       AND EXISTS (SELECT 1 FROM lease)
-    RETURNING a.signal, a.output
+    RETURNING a.signal, a.output, a.signal_expires_at
 ), back AS (
-    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
-    SELECT lease.namespace, gone.signal, gone.output, :run_id, true, true FROM gone, lease
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back,
+        expires_at)
+    SELECT lease.namespace, gone.signal, gone.output, :run_id, true, true,
+        gone.signal_expires_at
+    FROM gone, lease
     RETURNING id
 )
 SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS returned;
@@ -650,7 +655,7 @@ WHERE id = (
       AND (run_id IS NULL OR run_id = :run_id) AND (expires_at IS NULL OR expires_at > now())
     ORDER BY given_back DESC, id LIMIT 1 FOR UPDATE  -- what it got back first (see 0010)
 )
-RETURNING data;
+RETURNING data, expires_at;
 
 -- name: deliver_buffered
 -- After a give-back (`give_back_signal`, `abandon_wait`), in its transaction, under
@@ -679,9 +684,10 @@ WITH lease AS (
           AND (s.expires_at IS NULL OR s.expires_at > now()) AND EXISTS (SELECT 1 FROM wait)
         ORDER BY s.given_back DESC, s.id LIMIT 1 FOR UPDATE OF s
     )
-    RETURNING data
+    RETURNING data, expires_at
 )
-UPDATE {schema}.step_attempts a SET output = taken.data, delivered_at = now()
+UPDATE {schema}.step_attempts a SET output = taken.data, delivered_at = now(),
+    signal_expires_at = taken.expires_at
 FROM wait, taken WHERE a.id = wait.id
 RETURNING a.position;
 
@@ -791,10 +797,13 @@ WITH lease AS (
             AND status = 'running'
           FOR UPDATE) old
     WHERE a.id = old.id AND EXISTS (SELECT 1 FROM lease)
-    RETURNING a.kind, a.signal, a.output, old.delivered_at
+    RETURNING a.kind, a.signal, a.output, a.signal_expires_at, old.delivered_at
 ), back AS (
-    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
-    SELECT lease.namespace, gone.signal, gone.output, :run_id, true, true FROM gone, lease
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back,
+        expires_at)
+    SELECT lease.namespace, gone.signal, gone.output, :run_id, true, true,
+        gone.signal_expires_at
+    FROM gone, lease
     WHERE gone.kind = 'signal-wait' AND gone.delivered_at IS NOT NULL
     RETURNING id
 )
@@ -1010,10 +1019,11 @@ WITH resumed AS (
     FROM resumed
     WHERE a.run_id = resumed.id AND a.kind = 'signal-wait' AND a.status <> 'completed'
       AND a.delivered_at IS NOT NULL
-    RETURNING resumed.namespace, a.signal, a.output, a.run_id
+    RETURNING resumed.namespace, a.signal, a.output, a.run_id, a.signal_expires_at
 ), back AS (
-    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
-    SELECT namespace, signal, output, run_id, true, true FROM unread
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back,
+        expires_at)
+    SELECT namespace, signal, output, run_id, true, true, signal_expires_at FROM unread
     RETURNING id
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM resumed

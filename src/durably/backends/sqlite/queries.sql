@@ -187,10 +187,10 @@ RETURNING wake_at;
 -- A completed record is never overwritten (see the PostgreSQL twin).
 INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, final,
     compensable, fence, worker_id, output, error, started_at, finished_at, workflow_attempt,
-    seq, wake_at, signal, delivered_at)
+    seq, wake_at, signal, delivered_at, signal_expires_at)
 SELECT :run_id, :position, :attempt, :step, :kind, :status, :final, :compensable, :fence,
     :worker_id, :output, :error, now() - :elapsed_s, now(), :workflow_attempt, :seq, :wake_at,
-    :signal, CASE WHEN :signal IS NOT NULL THEN now() END
+    :signal, CASE WHEN :signal IS NOT NULL THEN now() END, :signal_expires_at
 WHERE EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating))
@@ -248,9 +248,10 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
 -- name: give_back_signal
--- See the PostgreSQL twin: the signal a wait holds goes back, once.
-INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at)
-SELECT r.namespace, a.signal, a.output, :run_id, 1, 1, now()
+-- See the PostgreSQL twin: the signal a wait holds goes back, once, with its expiry.
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at,
+    expires_at)
+SELECT r.namespace, a.signal, a.output, :run_id, 1, 1, now(), a.signal_expires_at
 FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
 WHERE a.run_id = :run_id AND a.position = :position AND a.seq = :seq
   AND a.kind = 'signal-wait' AND a.status = 'completed' AND a.delivered_at IS NOT NULL
@@ -421,7 +422,8 @@ WHERE namespace = :namespace AND status IN ('pending', 'running', 'waiting')
   AND id IN (SELECT run_id FROM {schema}_step_attempts
              WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name
                AND delivered_at IS NULL);
-UPDATE {schema}_step_attempts SET output = :data, delivered_at = now()
+UPDATE {schema}_step_attempts SET output = :data, delivered_at = now(),
+    signal_expires_at = now() + :expires_s
 WHERE id IN (
     SELECT (SELECT a.id FROM {schema}_step_attempts a
             WHERE a.run_id = r.id AND a.kind = 'signal-wait' AND a.status = 'running'
@@ -451,19 +453,20 @@ WHERE id = (
       AND (run_id IS NULL OR run_id = :run_id) AND (expires_at IS NULL OR expires_at > now())
     ORDER BY given_back DESC, id LIMIT 1  -- what it got back first (see 0010)
 )
-RETURNING data;
+RETURNING data, expires_at;
 
 -- name: deliver_buffered
 -- See the PostgreSQL twin. The wait receives the first signal the buffer holds for it (its
 -- position comes back); then that signal is taken, if the wait received it (`changes()`).
 WITH first AS (
-    SELECT s.data FROM {schema}_signals s JOIN {schema}_runs r ON r.id = :run_id
+    SELECT s.data, s.expires_at FROM {schema}_signals s JOIN {schema}_runs r ON r.id = :run_id
     WHERE s.namespace = r.namespace AND s.name = :name AND s.buffered
       AND s.consumed_at IS NULL AND (s.run_id IS NULL OR s.run_id = :run_id)
       AND (s.expires_at IS NULL OR s.expires_at > now())
     ORDER BY s.given_back DESC, s.id LIMIT 1
 )
-UPDATE {schema}_step_attempts SET output = (SELECT data FROM first), delivered_at = now()
+UPDATE {schema}_step_attempts SET output = (SELECT data FROM first), delivered_at = now(),
+    signal_expires_at = (SELECT expires_at FROM first)
 WHERE id = (
     SELECT a.id FROM {schema}_step_attempts a
     WHERE a.run_id = :run_id AND a.workflow_attempt = :workflow_attempt
@@ -561,8 +564,9 @@ RETURNING run_id, position, attempt,
 
 -- name: abandon_wait
 -- See the PostgreSQL twin: the wait ends canceled, a delivered signal goes back.
-INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at)
-SELECT r.namespace, a.signal, a.output, :run_id, 1, 1, now()
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at,
+    expires_at)
+SELECT r.namespace, a.signal, a.output, :run_id, 1, 1, now(), a.signal_expires_at
 FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
 WHERE a.run_id = :run_id AND a.position = :position AND a.attempt = :attempt
   AND a.status = 'running' AND a.kind = 'signal-wait' AND a.delivered_at IS NOT NULL
@@ -732,8 +736,9 @@ RETURNING last_tick;
 -- them (see `_replay.History`), with the same number of workflow attempts still to spend. A deadline already passed no longer applies. A signal
 -- delivered to a wait that ended unrecorded (the run was canceled or failed first) goes back
 -- to the run's buffer, so the resumed run's wait receives it.
-INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at)
-SELECT r.namespace, a.signal, a.output, a.run_id, 1, 1, now()
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at,
+    expires_at)
+SELECT r.namespace, a.signal, a.output, a.run_id, 1, 1, now(), a.signal_expires_at
 FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = a.run_id
 WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status <> 'completed'
   AND a.delivered_at IS NOT NULL AND r.status IN ('failed', 'canceled') AND NOT r.compensating;

@@ -1,0 +1,131 @@
+"""Children across the parent's attempts and at the edge of its timeout (issue 26): a
+child's completion that races the parent's `run_workflow(timeout=)` is reported as
+completed; a retry or a resume of the parent reuses the child at the same position (its
+result, or the wait for it), never a second child doing the same work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from typing import Any
+
+from durably import ChildWorkflowError, Durably, RetryPolicy, StepFailedError, WorkflowTimeoutError
+from tests.helpers import duration, eventually, scaled
+
+ONCE = RetryPolicy(max_attempts=1)
+TWICE = RetryPolicy(max_attempts=2, initial_interval="10ms")
+
+
+async def test_a_child_completing_as_its_timeout_runs_out_is_reported_completed(
+    db_url: str,
+) -> None:
+    """60 pairs, each child's work lasting about its parent's timeout: every parent's
+    outcome agrees with its child's final status (a child that completed is its parent's
+    result, a child the parent gave up on is canceled)."""
+    app = Durably(db_url)
+    timeout = scaled(0.3)
+
+    async def work(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "done"
+
+    @app.workflow(name="child", version="v1", retry=ONCE)
+    async def child(ctx: Any, seconds: float) -> str:
+        done: str = await ctx.step.run("work", work, seconds)
+        return done
+
+    @app.workflow(name="parent", version="v1", retry=ONCE)
+    async def parent(ctx: Any, seconds: float) -> dict[str, Any]:
+        try:
+            got = await ctx.step.run_workflow(child, seconds, timeout=f"{timeout}s")
+        except WorkflowTimeoutError as exc:
+            return {"outcome": "timed out", "error": str(exc)}
+        except ChildWorkflowError as exc:
+            return {"outcome": "failed", "error": str(exc)}
+        return {"outcome": got}
+
+    rng = random.Random(26)
+    async with app, app.worker(concurrency=60):
+        handles = [await parent.start(timeout * rng.uniform(0.8, 1.2)) for _ in range(60)]
+        outcomes = [await h.result(timeout=scaled(60)) for h in handles]
+        kids = {r.parent_run_id: r for r in await app.list_runs(workflow="child", limit=100)}
+        disagree = []
+        for h, got in zip(handles, outcomes, strict=True):
+            kid = kids[h.run_id]
+            expected = "done" if kid.status == "completed" else "timed out"
+            if kid.status not in ("completed", "canceled") or got["outcome"] != expected:
+                disagree.append((kid.run_id, kid.status, got))
+    assert not disagree, f"{len(disagree)} of 60 parents disagree with their child: {disagree}"
+
+
+async def _children_of(app: Durably, parent: str) -> list[Any]:
+    runs = await app.list_runs(limit=100)
+    return sorted((r for r in runs if r.parent_run_id == parent), key=lambda r: r.created_at)
+
+
+async def test_a_retry_takes_the_completed_child_its_cut_dropped(db_url: str) -> None:
+    """A caught failure, then a child that completed, then a failure: the retry's cut drops
+    the child's result, and the call there takes it again from the same child (not run
+    again)."""
+    app = Durably(db_url)
+    ran: list[str] = []
+
+    def body(name: str) -> str:
+        ran.append(name)
+        if ran.count(name) == 1 and name != "double":
+            raise RuntimeError(f"{name} is down")
+        return name
+
+    @app.workflow(name="kid", version="v1", retry=ONCE)
+    async def kid(ctx: Any, n: int) -> int:
+        await ctx.step.run("double", body, "double")
+        return 2 * n
+
+    @app.workflow(name="retried", version="v1", retry=TWICE)
+    async def retried(ctx: Any) -> int:
+        with contextlib.suppress(StepFailedError):
+            await ctx.step.run("reserve", body, "reserve", retry=ONCE)
+        got = await ctx.step.run_workflow(kid, 21)
+        await ctx.step.run("charge", body, "charge", retry=ONCE)
+        return int(got)
+
+    async with app, app.worker():
+        handle = await retried.start()
+        assert await handle.result(timeout=scaled(20)) == 42
+        assert (await handle.get()).attempts == 2
+        assert len(await _children_of(app, handle.run_id)) == 1
+        assert ran.count("double") == 1
+
+
+async def test_a_retry_calling_with_other_input_replaces_the_earlier_child(db_url: str) -> None:
+    app = Durably(db_url)
+    calls: list[int] = []
+
+    def fails_first() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the first attempt fails")
+
+    @app.workflow(name="waiter", version="v1", retry=ONCE)
+    async def waiter(ctx: Any, n: int) -> int:
+        await ctx.step.wait_for_signal(f"go:{n}", timeout=duration(30))
+        return n
+
+    @app.workflow(name="parent", version="v1", retry=TWICE)
+    async def parent(ctx: Any) -> list[Any]:
+        child = ctx.step.start_workflow(waiter, ctx.attempt)  # other input on the retry
+        await ctx.step.run("fails-first", fails_first, retry=ONCE)
+        return [await child, child.run_id]
+
+    async with app, app.worker():
+        handle = await parent.start()
+
+        async def two_children() -> list[Any]:
+            kids = await _children_of(app, handle.run_id)
+            return kids if len(kids) == 2 and kids[1].status == "waiting" else []
+
+        first, second = await eventually(two_children, what="the retry's own child")
+        assert (await app.get_run(first.run_id)).status == "canceled"
+        await app.send_signal("go:2", None)
+        assert await handle.result(timeout=scaled(20)) == [2, second.run_id]
