@@ -22,6 +22,7 @@ from ._queues import Queue
 from ._records import NewRun
 from ._retry import WORKFLOW_DEFAULT, RetryPolicy
 from ._schedules import Schedule
+from ._sends import check_signal_name
 from ._store import Store
 from ._workflow import RunHandle, Workflow, WorkflowFn
 from .backends import connect
@@ -348,6 +349,7 @@ class Durably(OperatingApi):
         Returns:
             `{"delivered_to": [run ids], "buffered": bool, "duplicate": bool}`
         """
+        check_signal_name(name)
         expires_s = parse_duration(expires).total_seconds() if expires is not None else None
         await self.open()
         data_json = encode(data, f"the data of signal {name!r}", self.max_payload)

@@ -93,6 +93,7 @@ class Command:
     active: bool = False  # its lifecycle is running
     abandoned: bool = False  # the workflow stopped awaiting it
     body: asyncio.Future[Any] | None = None
+    in_thread: bool = False  # `body` is a sync body's thread: it cannot be interrupted
     step_context: StepContext | None = None
     value: Any = None
     settled: bool = False
@@ -229,6 +230,8 @@ async def _invoke(
     x: Execution, cmd: Command, body: Body, attempt: int, start: StartRecord | None = None,
     interruptible: bool = True,
 ) -> Any:  # fmt: skip
+    if interruptible and x.interrupting:  # halted while this attempt was being set up:
+        raise asyncio.CancelledError  # never begun (a thread, once begun, runs to its end)
     wants_ctx, _, is_async = body.sig
     args = body.args
     if wants_ctx:
@@ -247,9 +250,7 @@ async def _invoke(
     else:
         call = functools.partial(_contained_call, body.fn, *args, **body.kwargs)
         task = loop.run_in_executor(x.threads, call)
-    cmd.body = task
-    if interruptible and x.interrupting:  # halted while this attempt was being set up
-        task.cancel()
+    cmd.body, cmd.in_thread = task, not is_async
     try:
         if body.timeout is None:
             return await _outcome(task)

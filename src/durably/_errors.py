@@ -3,6 +3,8 @@
     DurablyError                     root; its docstring is the default message
     ├── ConfigurationError           bad URL, schema name, duration, option
     ├── InvalidInput                 workflow input or payload rejected; nothing was written
+    │   └── InvalidDuration          a duration or time that is not one (also a
+    │                                ConfigurationError: it was one before)
     │   └── PayloadTooLarge          a JSON payload over the configured limit
     ├── WorkflowNotFound             no workflow registered under that name (and version)
     ├── RunNotFound                  no run with that id
@@ -56,6 +58,10 @@ class ConfigurationError(DurablyError):
 
 class InvalidInput(DurablyError):
     """The input was rejected; nothing was written."""
+
+
+class InvalidDuration(ConfigurationError, InvalidInput):
+    """Not a duration (or a time) durably can use."""
 
 
 class PayloadTooLarge(InvalidInput):

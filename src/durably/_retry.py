@@ -27,11 +27,20 @@ class RetryPolicy:
     backoff_coefficient: float = 2.0
     maximum_interval: Duration = timedelta(seconds=100)
 
+    def __post_init__(self) -> None:
+        # Refused where the policy is written, not at a failed attempt deep in the engine.
+        parse_duration(self.initial_interval)
+        parse_duration(self.maximum_interval)
+
     def delay(self, attempt: int) -> timedelta:
         """The wait after failed attempt number `attempt` (1-based)."""
         first = parse_duration(self.initial_interval).total_seconds()
         cap = parse_duration(self.maximum_interval).total_seconds()
-        return timedelta(seconds=min(cap, first * self.backoff_coefficient ** (attempt - 1)))
+        try:
+            grown = first * self.backoff_coefficient ** (attempt - 1)
+        except OverflowError:  # float's pow raises past 1e308; the cap is long reached
+            grown = cap
+        return timedelta(seconds=min(cap, grown))
 
 
 STEP_DEFAULT = RetryPolicy()

@@ -41,6 +41,12 @@ class Stop:
     error: Any = None
     release: bool = False
 
+    def replaces(self, current: Stop | None) -> bool:
+        """Whether this stop is to take the place of `current`: the first one does, and
+        so does a cancel or a lost lease a draining release is waiting under (a body kept
+        running for the release waits no longer: the run is not ours to keep)."""
+        return current is None or (current.release and not self.release)
+
     def __str__(self) -> str:
         return self.why
 

@@ -11,9 +11,18 @@ from datetime import datetime
 from typing import Any
 
 from ._codec import decode, encode
-from ._errors import LeaseLostError, RunNotFound, RunTerminalError
+from ._errors import InvalidInput, LeaseLostError, RunNotFound, RunTerminalError
 from ._records import Lease, PendingStep
 from .backends import Connector, Fetched, Row, Sent, Tx
+
+
+def check_signal_name(name: object) -> str:
+    """`name` if it can name a signal; an empty or blank name (a form left empty, an
+    unset variable) would be stored and never waited for: refused before anything is
+    written."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInput(f"a signal needs a name that is not blank, not {name!r}")
+    return name
 
 
 class Sends:

@@ -19,9 +19,10 @@ from . import _waits as w
 from ._codec import encode
 from ._commands import Body, Command, StepCall, signature
 from ._context import StepContext
-from ._durations import Duration, parse_duration
+from ._durations import Duration, seconds_of
 from ._events import run_set_event
 from ._retry import STEP_DEFAULT, RetryPolicy
+from ._sends import check_signal_name
 
 if TYPE_CHECKING:
     from ._execution import Execution
@@ -143,7 +144,9 @@ class StepApi:
         parameter, use `functools.partial`).
         """
         sig = signature(fn)
-        body = Body(fn, args, kwargs, retry or STEP_DEFAULT, _seconds(timeout), sig)
+        body = Body(
+            fn, args, kwargs, retry or STEP_DEFAULT, _seconds(timeout, f"step {name!r}"), sig
+        )
         lifecycle = functools.partial(c.run_function, body=body)
         cmd = self._issue(name, "function", lifecycle, result_type=sig[1], compensate=compensate)
         return StepCall(cmd)
@@ -180,7 +183,7 @@ class StepApi:
 
     def sleep(self, name: str, duration: Duration) -> StepCall[None]:
         """Sleep durably: the run parks and no worker is held until `duration` has passed."""
-        seconds = parse_duration(duration).total_seconds()
+        seconds = seconds_of(duration, f"step {name!r}")
         lifecycle = functools.partial(w.run_sleep, seconds=seconds)
         return StepCall(self._issue(name, "sleep", lifecycle))
 
@@ -191,7 +194,9 @@ class StepApi:
 
         A signal sent before this wait began was buffered and is received at once.
         """
-        lifecycle = functools.partial(w.run_signal_wait, signal=signal, timeout=_seconds(timeout))
+        check_signal_name(signal)
+        wait_s = _seconds(timeout, f"the wait for signal {signal!r}")
+        lifecycle = functools.partial(w.run_signal_wait, signal=signal, timeout=wait_s)
         return StepCall(self._issue(name or signal, "signal-wait", lifecycle, signal=signal))
 
     def send_signal(
@@ -200,6 +205,7 @@ class StepApi:
     ) -> StepCall[dict[str, Any]]:  # fmt: skip
         """Send a signal once, as a recorded step; the §4.3 result. A buffered signal past
         `expires` is never delivered (as `Durably.send_signal`)."""
+        check_signal_name(signal)
         data_json = encode(data, f"the data of signal {signal!r}", self._x.max_payload)
         lifecycle = functools.partial(
             w.run_send_signal,
@@ -207,7 +213,7 @@ class StepApi:
             data_json=data_json,
             key=idempotency_key,
             run_id=run_id,
-            expires_s=parse_duration(expires).total_seconds() if expires is not None else None,
+            expires_s=_seconds(expires, f"the expiry of signal {signal!r}"),
         )
         return StepCall(self._issue(name or f"send:{signal}", "signal-send", lifecycle))
 
@@ -285,7 +291,8 @@ class StepApi:
         if on_parent_close not in ("cancel", "abandon"):
             raise ValueError("on_parent_close must be 'cancel' or 'abandon'")
         lifecycle = functools.partial(
-            w.run_child, workflow=workflow, input=input, timeout=_seconds(timeout),
+            w.run_child, workflow=workflow, input=input,
+            timeout=_seconds(timeout, f"the timeout of child {name or workflow.name!r}"),
             on_parent_close=on_parent_close,
         )  # fmt: skip
         result_type = Any if workflow.output_type is type(None) else workflow.output_type
@@ -299,5 +306,5 @@ class StepApi:
         return ChildHandle(child_id, StepCall(cmd), cmd)
 
 
-def _seconds(duration: Duration | None) -> float | None:
-    return parse_duration(duration).total_seconds() if duration is not None else None
+def _seconds(duration: Duration | None, what: str) -> float | None:
+    return seconds_of(duration, what) if duration is not None else None

@@ -322,7 +322,7 @@ class Worker:
     def _halt(self, run_id: str, stop: Stop) -> None:
         """Stop executing a run: its step bodies are interrupted at once."""
         entry = self.running.get(run_id)
-        if entry is not None and entry[0].stop is None:
+        if entry is not None and stop.replaces(entry[0].stop):
             log.warning("run %s: %s; cancelling its step bodies", run_id, stop)
             entry[0].halt(stop)
 

@@ -79,6 +79,31 @@ def test_values_json_cannot_hold_are_one_line_exit_2_and_write_nothing(
     assert procs.json("runs") == [] and procs.json("signals", "--all") == []
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("purge", "--older-than", "99999999999d"), "longer than 1000 years"),
+        (("signal", "x", "--expires", "99999999999d"), "longer than 1000 years"),
+        (("start", "acquire", "--input", '{"id": "x"}', "--available-at", "+99999999999d"),
+         "longer than 1000 years"),
+        (("start", "acquire", "--input", '{"id": "x"}', "--deadline-at", "9999-12-31T23:59-05:00"),
+         "years 1000-8999"),
+        (("worker", "--grace", "99999999999d"), "longer than 1000 years"),
+        (("signal", ""), "a signal needs a name"),
+        (("signal", "  ", "--data", "1"), "a signal needs a name"),
+    ],
+)  # fmt: skip
+def test_oversized_durations_and_blank_signal_names_exit_2_and_write_nothing(
+    procs: Procs, args: tuple[str, ...], message: str
+) -> None:
+    done = procs.cli(*args, check=False)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert procs.json("runs") == []
+    assert procs.json("signals", "--all") == []
+
+
 def test_unreachable_database_is_one_line(tmp_path: Path, processes: Processes) -> None:
     procs = Procs("postgresql://postgres@127.0.0.1:1/nothing", tmp_path, processes)
     done = procs.cli("runs", check=False)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from durably import Durably
 from tests.acceptance.conftest import ROOT, Procs
@@ -34,6 +35,42 @@ def test_sigterm_releases_held_runs_at_once(procs: Procs) -> None:
     assert time.monotonic() - released < scaled(15)  # not after A's lease, scaled(60)
     client.cancel(run_id)
     client.close()
+
+
+def test_a_drain_keeps_a_run_whose_sync_body_still_runs(procs: Procs, tmp_path: Path) -> None:
+    """A thread cannot be interrupted: SIGTERM with --grace 1s while a 3 s sync body runs.
+    The draining worker keeps the run (renewing its lease) until the body has returned and
+    its outcome is recorded, then exits; the body never runs on two workers at once."""
+    effects = tmp_path / "effects"
+    effects.touch()
+    client = seed.app.rebind(procs.url).sync
+    try:
+        _drain_while_a_sync_body_runs(procs, client, effects)
+    finally:
+        client.close()
+
+
+def _drain_while_a_sync_body_runs(procs: Procs, client: Any, effects: Path) -> None:
+    short = ("--lease", duration(2), "--heartbeat", duration(0.5))
+    a = procs.worker("A", "--grace", "1s", *short, EFFECT_FILE=str(effects))
+    run_id = client.start("stubborn", 3.0).run_id
+    eventually_sync(lambda: "A start" in effects.read_text(), timeout=20,
+                    what="A to begin the sync body")  # fmt: skip
+    b = procs.worker("B", *short, EFFECT_FILE=str(effects))
+    eventually_sync(lambda: "worker B started" in procs.log("B"), timeout=20, what="B to start")
+    a.send_signal(signal.SIGTERM)
+    assert a.wait(timeout=scaled(30)) == 0
+    marks = [line.split() for line in effects.read_text().splitlines()]
+    assert [m[:2] for m in marks] == [["A", "start"], ["A", "end"]]  # A exited after its end
+    run = client.wait(run_id, timeout=scaled(30))
+    assert run.status == "completed" and run.output == "A"
+    assert [line.split()[:2] for line in effects.read_text().splitlines()] == [
+        ["A", "start"], ["A", "end"]]  # fmt: skip
+    done = [s for s in client.list_steps(run_id) if s.step == "uninterruptible"]
+    assert [(s.status, s.worker_id) for s in done] == [("completed", "A")]
+    assert [w for _, w, _ in _events(procs.url, run_id)] == ["B"]  # B ran only what followed
+    b.send_signal(signal.SIGTERM)
+    assert b.wait(timeout=scaled(30)) == 0
 
 
 def test_worker_killed_while_compensating(procs: Procs, tmp_path: Path) -> None:

@@ -241,6 +241,25 @@ def slow_sync(ctx: SyncWorkflowContext, mode: str) -> None:
     ctx.step.run("after-long", ledger)
 
 
+def uninterruptible(seconds: float) -> str:
+    """A sync body that ignores cancellation (as most blocking code does): it marks its
+    start and end in EFFECT_FILE, one appended line each (worker, event, wall time)."""
+    path = os.environ["EFFECT_FILE"]
+    with open(path, "a") as f:
+        f.write(f"{WORKER} start {time.time()!r}\n")
+    time.sleep(seconds)
+    with open(path, "a") as f:
+        f.write(f"{WORKER} end {time.time()!r}\n")
+    return WORKER
+
+
+@app.workflow(name="stubborn", version="v1")
+async def stubborn(ctx: Any, seconds: float) -> str:
+    ran = await ctx.step.run("uninterruptible", uninterruptible, seconds)
+    await ctx.step.run("after", ledger)
+    return str(ran)
+
+
 @app.workflow(name="sleeper", version="v1")
 async def sleeper(ctx: Any, seconds: float) -> str:
     await ctx.step.run("before", ledger)

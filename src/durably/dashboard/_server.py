@@ -198,10 +198,9 @@ class _Handler(BaseHTTPRequestHandler):
                                   idempotency_key=form.get("idempotency_key") or None)  # fmt: skip
             self._redirect(f"/runs/{handle.run_id}?message=started")
         elif url.path == "/signal":
+            # the name is checked before anything is stored (InvalidInput: 400)
             result = client.send_signal(form.get("name", ""), _json_field(form, "data"),
                                         run_id=form.get("run_id") or None)  # fmt: skip
-            if not form.get("name"):
-                raise DashboardError("a signal needs a name")
             if form.get("run_id") and result["delivered_to"]:
                 self._redirect(f"/runs/{result['delivered_to'][0]}?message=signal+delivered")
                 return
