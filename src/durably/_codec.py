@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any
 
 import pydantic_core
@@ -20,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from ._errors import InvalidInput, PayloadTooLarge
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
+_BARE = re.compile(rb"(?:^|[\[:,])-?(?:NaN|Infinity)")
 # A run's history is read whole by every claim of it, as one JSON value: PostgreSQL's and
 # SQLite's limit for one value is 1 GB, and one run past it would fail the claim of every
 # run of its workflow. A run stops well before (see `Execution.spend_attempt`).
@@ -37,9 +39,10 @@ def encode(value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
             f"{what} is {len(data)} bytes of JSON, over the limit of {limit} "
             "(Durably(max_payload_bytes=...) sets it)"
         )
-    # A search of the bytes costs next to nothing; only a text that may hold one (a string
-    # with "NaN" in it, say) is read to be sure.
-    if b"NaN" in data or b"Infinity" in data or b"\\u0000" in data:
+    # A search of the bytes costs next to nothing; only a text that may hold one is read to
+    # be sure. pydantic writes NaN and ±Infinity bare, where a value starts: matching only
+    # there keeps "NaN" inside a string (base64, prose) off the slow path.
+    if _BARE.search(data) or b"\\u0000" in data:
         _refuse_unholdable(data, what)
     return data.decode()
 
