@@ -19,7 +19,7 @@ from typing import Any
 from bench import scenarios
 from bench.backlog import SCHEMA, _insert_runs, _timed
 from durably import Durably
-from durably._queues import QueueClaims
+from durably.store.queues import QueueClaims
 
 HOG, JOB = [("hog", "v1")], [("job", "v1")]
 

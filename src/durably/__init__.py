@@ -14,10 +14,10 @@ Example:
     ```
 """
 
-from ._app import Durably
-from ._context import Fence, StepContext, WorkflowContext
-from ._durations import parse_duration
-from ._errors import (
+from .client.app import Durably
+from .client.sync import SyncDurably
+from .core.durations import parse_duration
+from .core.errors import (
     ChildWorkflowError,
     ConfigurationError,
     DatabaseUnavailable,
@@ -40,14 +40,14 @@ from ._errors import (
     WorkflowNotFound,
     WorkflowTimeoutError,
 )
-from ._models import Run, StepAttempt
-from ._queues import Queue
-from ._retry import RetryPolicy
-from ._steps import ChildHandle
-from ._sync import SyncDurably
-from ._syncsteps import SyncChildHandle, SyncStepApi, SyncWorkflowContext
-from ._worker import Worker
-from ._workflow import RunHandle, Workflow
+from .core.retry import RetryPolicy
+from .store.models import Run, StepAttempt
+from .store.queues import Queue
+from .worker.worker import Worker
+from .workflow.context import Fence, StepContext, WorkflowContext
+from .workflow.definition import RunHandle, Workflow
+from .workflow.steps import ChildHandle
+from .workflow.syncsteps import SyncChildHandle, SyncStepApi, SyncWorkflowContext
 
 __all__ = [
     "ChildHandle",

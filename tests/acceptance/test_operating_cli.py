@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from durably import Durably
-from durably._records import NewRun
+from durably.store.records import NewRun
 from tests.acceptance.conftest import ROOT, Procs
 from tests.helpers import run_command
 from tests.processes import Processes

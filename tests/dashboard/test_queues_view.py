@@ -6,8 +6,8 @@ import urllib.request
 from typing import Any
 
 from durably import Durably
-from durably._queues import QueueClaims
 from durably.dashboard import Dashboard
+from durably.store.queues import QueueClaims
 from tests.helpers import scaled
 from tests.pgcluster import free_port
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from durably import Durably, Workflow
-from durably._queues import Claimer, QueueClaims
+from durably.store.queues import Claimer, QueueClaims
 from tests.helpers import scaled
 
 SERVED = [("a", "v1"), ("b", "v1")]

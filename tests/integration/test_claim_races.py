@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from durably import Durably
-from durably._records import Lease, PendingStep
+from durably.store.records import Lease, PendingStep
 from tests.helpers import duration, eventually, scaled
 from tests.integration.test_signals_between_attempts import (
     _HOLD_WAIT_END,

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from durably import Durably, _lifecycles
+from durably import Durably
+from durably.execution import lifecycles as _lifecycles
 from tests.helpers import eventually, scaled
 
 

@@ -20,7 +20,7 @@ from durably import (
     WorkflowContext,
     WorkflowNotFound,
 )
-from durably._errors import ConfigurationError
+from durably.core.errors import ConfigurationError
 from tests.helpers import duration, eventually, scaled
 
 FAST = RetryPolicy(max_attempts=3, initial_interval="10ms", maximum_interval="50ms")

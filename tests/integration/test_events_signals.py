@@ -9,9 +9,9 @@ import psycopg
 import pytest
 
 from durably import Durably, RunNotFound, SignalNotFound
-from durably._errors import DatabaseConflict
 from durably.backends.postgres import transactions
 from durably.backends.postgres.connector import CONFLICT_TRIES
+from durably.core.errors import DatabaseConflict
 from tests.helpers import duration, eventually, scaled
 from tests.integration.test_result_wakeup import listening_backends
 

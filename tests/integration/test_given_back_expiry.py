@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from durably import Durably, RetryPolicy, RunHandle, StepFailedError
-from durably._store import Store
+from durably.store.store import Store
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 from durably import Durably, LeaseLostError, StepContext
-from durably._errors import PayloadTooLarge, describe
-from durably._records import Lease, NewRun, PendingStep, RunEnd
+from durably.core.errors import PayloadTooLarge, describe
+from durably.store.records import Lease, NewRun, PendingStep, RunEnd
 from tests.helpers import eventually, scaled
 
 PAIR = [("wf", "v1")]
@@ -220,7 +220,7 @@ class _CountingStore:
 async def test_a_record_still_waiting_for_its_batch_goes_with_its_runs_end(
     db_url: str, refused: bool
 ) -> None:
-    from durably._recorder import StepRecorder
+    from durably.store.recorder import StepRecorder
 
     app = _app(db_url)
     async with app:
@@ -250,7 +250,7 @@ async def test_a_record_the_end_does_not_carry_is_not_taken_for_written(db_url: 
     """Only what the end carries rides with it: a failed attempt's record queued beside it
     (not a record the end knows of) goes on its own, and is said written only if it is
     (it races the end: the execution waits for such records before it ends a run)."""
-    from durably._recorder import StepRecorder
+    from durably.store.recorder import StepRecorder
 
     app = _app(db_url)
     async with app:

@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 
 from durably import Durably
-from durably._errors import LeaseLostError
-from durably._records import Lease, NewRun, RunEnd
+from durably.core.errors import LeaseLostError
+from durably.store.records import Lease, NewRun, RunEnd
 from tests.helpers import eventually, scaled
 
 

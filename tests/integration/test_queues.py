@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from durably import Durably
-from durably._errors import ConfigurationError, InvalidInput
-from durably._queues import Claimer, QueueClaims, parse_rate
+from durably.core.errors import ConfigurationError, InvalidInput
+from durably.store.queues import Claimer, QueueClaims, parse_rate
 from tests.helpers import eventually, scaled
 
 PAIR = [("job", "v1")]

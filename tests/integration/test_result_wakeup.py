@@ -204,7 +204,7 @@ async def test_a_run_resumed_between_the_mark_and_the_read_is_marked_again(
     """The mark finds the run ended (failed); it is resumed before the waiter reads it,
     and the read finds it live: the waiter marks it again before it waits, so the end of
     the resumed run is told (the safety poll is out of the picture)."""
-    monkeypatch.setattr("durably._endwatch.SAFETY_POLL_S", 3600.0)
+    monkeypatch.setattr("durably.store.endwatch.SAFETY_POLL_S", 3600.0)
     server, client = _app(pg_url), _app(pg_url)
     calls: list[int] = []
 
@@ -269,7 +269,7 @@ async def test_a_waiting_client_reads_its_run_once_then_waits_for_the_end(
 async def test_an_end_right_after_the_first_read_is_not_missed(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("durably._endwatch.SAFETY_POLL_S", 3600.0)  # nothing but the end
+    monkeypatch.setattr("durably.store.endwatch.SAFETY_POLL_S", 3600.0)  # nothing but the end
     server, client = _app(db_url), _app(db_url)
     async with server, client, server.worker():
         [run_id] = await _parked(server, "go")
@@ -295,7 +295,7 @@ async def test_a_cancel_wakes_the_waiter_once_the_compensations_are_done(
 ) -> None:
     """A cancel ends a run at once (`cancel:<id>`), or once its compensations have run
     (`ended:<id>` from the worker): the waiter returns then, and not before."""
-    monkeypatch.setattr("durably._endwatch.SAFETY_POLL_S", 3600.0)
+    monkeypatch.setattr("durably.store.endwatch.SAFETY_POLL_S", 3600.0)
     undone: list[str] = []
     server, client = _app(db_url, undone), _app(db_url)
     statements = Statements(client, monkeypatch)
@@ -357,7 +357,7 @@ async def test_waiters_return_after_their_listening_connection_was_killed(
     """The listening connection is terminated, and cannot come back (the proxy refuses new
     connections) while the runs end: their notifications are lost. The reconnect makes up
     for them; the slow safety poll is out of the picture."""
-    monkeypatch.setattr("durably._endwatch.SAFETY_POLL_S", 3600.0)
+    monkeypatch.setattr("durably.store.endwatch.SAFETY_POLL_S", 3600.0)
     server = _app(pg_url)
     client = _app(f"{fault_proxy.url_for(pg_url)}?application_name={WAITERS}")
     statements = Statements(client, monkeypatch)

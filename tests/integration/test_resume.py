@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from durably import Durably, InvalidInput, RetryPolicy, StepFailedError
-from durably._recorder import StepRecorder
-from durably._records import Lease, PendingStep
+from durably.store.recorder import StepRecorder
+from durably.store.records import Lease, PendingStep
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)

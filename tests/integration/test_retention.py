@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from durably import ConfigurationError, Durably, InvalidInput, RunNotFound
-from durably._operations import Operations
+from durably.store.operations import Operations
 from tests.helpers import duration, eventually, scaled
 
 

@@ -19,8 +19,8 @@ from durably import (
     StepContext,
     WorkflowTimeoutError,
 )
-from durably._execution import Execution
-from durably._store import Store
+from durably.execution.execution import Execution
+from durably.store.store import Store
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)

@@ -15,8 +15,8 @@ from typing import Any, cast
 import pytest
 
 from durably import DatabaseUnavailable, Durably
-from durably._errors import ConfigurationError
 from durably.backends.sqlite.connector import SqliteConnector
+from durably.core.errors import ConfigurationError
 from tests.helpers import eventually, scaled
 
 

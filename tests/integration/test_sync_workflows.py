@@ -216,7 +216,7 @@ async def test_sync_workflow_code_that_blocks_is_reported_where_it_is(
 ) -> None:
     # The worker's loop waits for sync workflow code between two steps (as for async
     # code between two awaits); code that blocks there is named, not the loop's wait.
-    from durably import _syncflow
+    from durably.workflow import syncflow as _syncflow
 
     monkeypatch.setattr(_syncflow, "BLOCKED_S", 0.05)
     app = Durably(db_url)

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from durably import Durably, WorkflowContext
-from durably._codec import encode
 from durably.backends import _queries
+from durably.core.codec import encode
 from durably.testing import replay
 from tests.helpers import eventually, scaled
 

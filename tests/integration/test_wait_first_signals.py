@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from durably import Durably, RetryPolicy, RunHandle, StepContext
-from durably._store import Store
+from durably.store.store import Store
 from tests.helpers import duration, eventually, scaled
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from durably import InvalidInput, PayloadTooLarge
-from durably._codec import canonical, decode, encode, parse
+from durably.core.codec import canonical, decode, encode, parse
 
 EXACT: list[Any] = [
     1e23, 5e-324, 1.7976931348623157e308, -0.0, 0.1, 2**64 + 1, -(2**100), "\U0001f600é",

@@ -12,7 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from durably import ConfigurationError, InvalidInput, RetryPolicy, parse_duration
-from durably._durations import MAX_DURATION, parse_instant, seconds_of
+from durably.core.durations import MAX_DURATION, parse_instant, seconds_of
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 UNITS = ["ms", "s", "sec", "m", "min", "h", "hours", "d", "days", "w", "weeks", "parsecs", ""]

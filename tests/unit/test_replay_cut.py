@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durably._replay import cut_signal_waits
+from durably.store.history import cut_signal_waits
 
 
 def _entry(

@@ -8,7 +8,7 @@ import pytest
 
 import durably
 from durably import ConfigurationError, RetryPolicy, parse_duration
-from durably._durations import parse_instant
+from durably.core.durations import parse_instant
 
 
 def test_exported_names() -> None:

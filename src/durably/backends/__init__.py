@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from .._clock import Clock
-from .._errors import ConfigurationError
+from ..core.clock import Clock
+from ..core.errors import ConfigurationError
 from ._base import LISTENING, Connector, Fetched, Row, Sent, Tx
 
 __all__ = ["LISTENING", "Connector", "Fetched", "Row", "Sent", "Tx", "connect", "validate_schema"]

@@ -14,9 +14,9 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
-from .._app import DEFAULT_URL, Durably
-from .._codec import parse
-from .._errors import (
+from ..client.app import DEFAULT_URL, Durably
+from ..core.codec import parse
+from ..core.errors import (
     ConfigurationError,
     DurablyError,
     IdempotencyConflictError,

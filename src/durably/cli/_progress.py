@@ -8,9 +8,9 @@ from typing import Any
 
 import typer
 
-from .._app import Durably
-from .._endwatch import Waiter
-from .._models import Run
+from ..client.app import Durably
+from ..store.endwatch import Waiter
+from ..store.models import Run
 
 POLL_S = 0.25
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .._models import Run, StepAttempt
+from ..store.models import Run, StepAttempt
 
 COLOURS = {
     "pending": "yellow", "running": "cyan", "waiting": "blue", "completed": "green",

@@ -6,8 +6,8 @@ import logging
 
 import typer
 
-from .._durations import parse_duration
-from .._errors import ConfigurationError
+from ..core.durations import parse_duration
+from ..core.errors import ConfigurationError
 from ._common import fail, options, print_json, run
 
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import typer
 
-from .._durations import parse_duration
-from .._errors import ConfigurationError
-from .._models import TERMINAL
+from ..core.durations import parse_duration
+from ..core.errors import ConfigurationError
+from ..store.models import TERMINAL
 from . import _render
 from ._common import fail, options, print_json, run
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import typer
 
-from .._durations import parse_instant
-from .._errors import ConfigurationError
+from ..core.durations import parse_instant
+from ..core.errors import ConfigurationError
 from . import _render
 from ._common import fail, options, parse_json, print_json, run
 from ._progress import wait_with_progress

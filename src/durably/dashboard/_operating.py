@@ -7,7 +7,7 @@ import json
 from html import escape
 from typing import Any
 
-from .._models import Run, StepAttempt
+from ..store.models import Run, StepAttempt
 
 # Reloads the page every few seconds (`data-refresh` on <body>) unless someone is using a
 # form on it. Served from the dashboard itself: the page's CSP allows no inline script.

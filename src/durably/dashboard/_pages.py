@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from .._models import Run, StepAttempt
+from ..store.models import Run, StepAttempt
 from . import _operating as ops
 
 STATUSES = ("pending", "running", "waiting", "completed", "failed", "canceled")

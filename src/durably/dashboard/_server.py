@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .._app import Durably
-from .._codec import parse
-from .._durations import parse_duration
-from .._errors import DurablyError
+from ..client.app import Durably
+from ..core.codec import parse
+from ..core.durations import parse_duration
+from ..core.errors import DurablyError
 from . import _metrics, _operating, _pages
 from ._auth import Auth
 

@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from .._clock import Clock
+from ..core.clock import Clock
 
 
 class SkippingClock(Clock):

@@ -10,14 +10,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from .._clock import Clock
-from .._durations import Duration, parse_duration
-from .._errors import ConfigurationError
+from ..core.clock import Clock
+from ..core.durations import Duration, parse_duration
+from ..core.errors import ConfigurationError
 from . import _clock as c
 
 if TYPE_CHECKING:
-    from .._app import Durably
-    from .._worker import Worker
+    from ..client.app import Durably
+    from ..worker.worker import Worker
 
 # The runs' progress wakes the environment (`Worker.next_change`); this poll only covers
 # what no event reports (e.g. a run made due by another process).

@@ -14,19 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._codec import canonical, encode, validate
-from .._commands import Command, error_for, never_awaited
-from .._context import WorkflowContext
-from .._errors import NonDeterminismError
-from .._loop import WorkflowLoop
-from .._replay import History, Recorded
-from .._steps import StepApi
-from .._syncflow import SyncDriver
-from .._syncsteps import SyncStepApi, SyncWorkflowContext
+from ..core.codec import canonical, encode, validate
+from ..core.errors import NonDeterminismError
+from ..execution.loop import WorkflowLoop
+from ..execution.steps import Command, error_for, never_awaited
+from ..store.history import History, Recorded
+from ..workflow.context import WorkflowContext
+from ..workflow.steps import StepApi
+from ..workflow.syncflow import SyncDriver
+from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
 
 if TYPE_CHECKING:
-    from .._app import Durably
-    from .._workflow import Workflow
+    from ..client.app import Durably
+    from ..workflow.definition import Workflow
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from .._app import Durably
+from ..client.app import Durably
 from ._environment import Environment
 
 try:

@@ -39,7 +39,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ..._errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable
+from ...core.errors import ConfigurationError, DatabaseConflict, DatabaseUnavailable
 from .. import _queries
 from .._base import LISTENING, Row
 from .lease import LeaseConnection

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from ..._errors import DatabaseUnavailable
+from ...core.errors import DatabaseUnavailable
 from .. import _queries
 
 log = logging.getLogger("durably.postgres")

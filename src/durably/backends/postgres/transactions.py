@@ -16,7 +16,7 @@ from psycopg import pq
 from psycopg.rows import dict_row
 from psycopg.types.json import set_json_loads
 
-from ..._errors import DatabaseUnavailable
+from ...core.errors import DatabaseUnavailable
 from .._base import Fetched, Row, Sent
 
 STATEMENT_S = 30.0  # one of the engine's own statements (they take milliseconds)

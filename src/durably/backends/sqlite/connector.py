@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from ..._clock import Clock
-from ..._errors import ConfigurationError, DatabaseUnavailable
+from ...core.clock import Clock
+from ...core.errors import ConfigurationError, DatabaseUnavailable
 from .. import _queries
 from .._base import LISTENING, Fetched, Row, Sent
 from .bodies import KEEPALIVE, SAVEPOINT, EngineConnection, Hold

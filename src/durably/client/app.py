@@ -1,0 +1,448 @@
+"""`Durably`: the registry of workflows and the client API (start, signal, cancel, query)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+
+from ..backends import connect
+from ..core import telemetry as _telemetry
+from ..core.clock import Clock
+from ..core.codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
+from ..core.durations import Duration, parse_duration
+from ..core.errors import ConfigurationError, WorkflowNotFound
+from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
+from ..store.endwatch import EndWatch
+from ..store.models import Run, StepAttempt
+from ..store.queues import Queue
+from ..store.records import NewRun
+from ..store.sends import check_signal_name
+from ..store.store import Store
+from ..worker.scheduler import Schedule
+from ..workflow.definition import RunHandle, Workflow, WorkflowFn
+from .operating import OperatingApi
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from ..workflow.context import WorkflowContext
+    from ..workflow.syncsteps import SyncWorkflowContext
+
+if TYPE_CHECKING:
+    from ..worker.worker import Worker
+    from .sync import SyncDurably
+
+DEFAULT_URL = "sqlite:///durably.db"
+log = logging.getLogger("durably.worker")
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+class WorkflowDecorator(Protocol):
+    """What `app.workflow(...)` returns: it turns a function into a typed workflow.
+
+    `async def f(ctx: WorkflowContext) -> Out` gives `Workflow[None, Out]`;
+    `async def f(ctx: WorkflowContext, input: In) -> Out` gives `Workflow[In, Out]`;
+    a sync workflow, `def f(ctx: SyncWorkflowContext, input: In) -> Out`, the same.
+    Annotate `ctx`: with `ctx: Any` a type checker cannot tell an async function from a
+    sync one, and the workflow is typed `Any`.
+    """
+
+    @overload
+    def __call__(
+        self, fn: Callable[[WorkflowContext], Awaitable[Out]], /
+    ) -> Workflow[None, Out]: ...
+
+    @overload
+    def __call__(
+        self, fn: Callable[[WorkflowContext, In], Awaitable[Out]], /
+    ) -> Workflow[In, Out]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[SyncWorkflowContext], Out], /) -> Workflow[None, Out]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[SyncWorkflowContext, In], Out], /) -> Workflow[In, Out]: ...
+
+
+class Durably(OperatingApi):
+    """A durably application: a database and the workflows registered on it.
+
+    Args:
+        url: `postgresql://…` or `sqlite:///path.db`; default `$DURABLY_DATABASE_URL`,
+            else `sqlite:///durably.db`.
+        schema: where the engine's tables live (PostgreSQL schema; SQLite table prefix).
+        namespace: runs and signals are scoped to it: its workers execute its runs only.
+            A queue is shared by the namespaces that declare it (one set of limits).
+        migrate: apply migrations when first connecting.
+        max_payload_bytes: the largest JSON input, output or signal data.
+        pool_size: PostgreSQL connections in the pool.
+        max_step_attempts: step attempts a run may make in all (then it fails).
+        max_history_bytes: the size a run's recorded results may reach (its next step
+            attempt then fails the run with `PayloadTooLarge`): every claim reads them whole,
+            and the database's limit for that read is 1 GB.
+        retention: keep finished runs this long; workers purge older ones periodically
+            (one worker at a time). Default: kept for ever (`app.purge` deletes them).
+
+    Example:
+        ```python
+        app = Durably("postgresql://localhost/app")
+
+        @app.workflow(name="greet", version="v1")
+        async def greet(ctx, name: str) -> str:
+            return await ctx.step.run("hello", lambda: f"hello {name}")
+        ```
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        schema: str = "durably",
+        namespace: str = "default",
+        migrate: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
+        pool_size: int = 10,
+        max_step_attempts: int = 1000,
+        max_history_bytes: int = DEFAULT_MAX_HISTORY,
+        clock: Clock | None = None,
+        retention: Duration | None = None,
+    ) -> None:
+        self.url = url or os.environ.get("DURABLY_DATABASE_URL") or DEFAULT_URL
+        self.clock = clock or Clock()
+        self.namespace = namespace
+        self._pool_size = pool_size
+        self.connector = connect(self.url, schema, self.clock, pool_size)
+        self.store = Store(self.connector, namespace)
+        self.end_watch = EndWatch(self.connector, self.store.channel)
+        self.max_payload = max_payload_bytes
+        self.max_step_attempts = max_step_attempts
+        self.max_history_bytes = max_history_bytes
+        self._migrate = migrate
+        self._opened = False
+        self._open_lock: asyncio.Lock | None = None
+        self.workers_running: set[Worker] = set()  # those `close()` stops first
+        self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
+        self.queues: dict[str, Queue] = {}
+        self.retention = parse_duration(retention) if retention is not None else None
+
+    def __repr__(self) -> str:
+        return f"<Durably {self.connector.dialect} schema={self.connector.schema}>"
+
+    def rebind(self, url: str, schema: str | None = None) -> Durably:
+        """Point this (not yet opened) app at another database (and schema); the app."""
+        if self._opened:
+            raise RuntimeError("rebind() must come before the app connects")
+        self.url = url
+        schema = self.connector.schema if schema is None else schema
+        self.connector = connect(url, schema, self.clock, self._pool_size)
+        self.store = Store(self.connector, self.namespace)
+        self.end_watch = EndWatch(self.connector, self.store.channel)
+        return self
+
+    # ----------------------------------------------------------------- registry
+
+    def queue(
+        self,
+        name: str,
+        concurrency: int | None = None,
+        per_key: int | None = None,
+        rate: str | None = None,
+        priority: bool = False,
+    ) -> Queue:
+        """Declare a queue (flow control, enforced by the database across workers).
+
+        Args:
+            name: the queue's name.
+            concurrency: at most this many of its runs running at once.
+            per_key: at most this many running per `start(..., concurrency_key=)`.
+            rate: `"N/DURATION"` (e.g. `"10/1m"`): at most N runs started per window.
+            priority: claim larger `start(..., priority=)` first (FIFO within one).
+
+        Raises:
+            ConfigurationError: a bad limit or rate, or the name declared otherwise before.
+
+        Example:
+            ```python
+            downloads = app.queue("downloads", concurrency=3, per_key=1)
+
+            @app.workflow(name="fetch", queue=downloads)
+            async def fetch(ctx, url: str) -> None: ...
+
+            await fetch.start(url, concurrency_key="tracker-a")
+            ```
+        """
+        q = Queue(name, concurrency, per_key, rate, priority)
+        if self.queues.setdefault(name, q) != q:
+            raise ConfigurationError(f"queue {name!r} is already declared as {self.queues[name]}")
+        return q
+
+    def workflow(
+        self,
+        name: str | None = None,
+        version: str = "v1",
+        retry: RetryPolicy | None = None,
+        *,
+        queue: Queue | str | None = None,
+        schedule: str | None = None,
+        tz: str = "UTC",
+        backfill: bool = False,
+    ) -> WorkflowDecorator:
+        """Register an async function (or a sync one) as workflow `(name, version)`.
+
+        Its first parameter receives a `WorkflowContext` (a plain `def`: a
+        `SyncWorkflowContext`, whose steps return their results); a second one, if declared,
+        receives the input, validated against its annotation (pydantic). The result is a
+        `Workflow[In, Out]` typed by those annotations.
+
+        Args:
+            queue: a queue of this app (`app.queue(...)`) its runs are claimed through.
+            schedule: cron (`"*/5 * * * *"`; 6 fields: seconds first): workers start one
+                run per tick, with input `{"scheduled_at": ISO}`.
+            tz: the time zone the schedule is read in.
+            backfill: start the ticks missed while no worker ran.
+
+        Example:
+            ```python
+            @app.workflow(name="ship", version="v1")
+            async def ship(ctx: WorkflowContext, order: Order) -> Receipt: ...
+
+            handle = await ship.start(Order(id="o1"))  # RunHandle[Receipt]
+            ```
+        """
+        q = self._known_queue(queue)
+        plan = Schedule(schedule, tz, backfill) if schedule is not None else None
+
+        def register(fn: WorkflowFn) -> Workflow[Any, Any]:
+            wf: Workflow[Any, Any] = Workflow(
+                self, fn, name or fn.__name__, version, retry or WORKFLOW_DEFAULT,
+                queue=q, schedule=plan,
+            )  # fmt: skip
+            if plan is not None and wf.takes_input:
+                wf.parse_input({"scheduled_at": "2026-01-01T00:00:00+00:00"})
+            self.workflows[(wf.name, wf.version)] = wf
+            return wf
+
+        return register
+
+    def _known_queue(self, queue: Queue | str | None) -> Queue | None:
+        if queue is None:
+            return None
+        name = queue.name if isinstance(queue, Queue) else queue
+        if name not in self.queues or (isinstance(queue, Queue) and self.queues[name] != queue):
+            known = ", ".join(sorted(self.queues)) or "none"
+            raise ConfigurationError(
+                f"unknown queue {name!r} (declared: {known}); declare it with app.queue()"
+            )
+        return self.queues[name]
+
+    def get_workflow(self, name: str, version: str | None = None) -> Workflow[Any, Any]:
+        """The registered workflow; the newest registered version when none is given."""
+        if version is not None and (name, version) in self.workflows:
+            return self.workflows[(name, version)]
+        versions = [wf for (n, _), wf in self.workflows.items() if n == name]
+        if versions and version is None:
+            return versions[-1]
+        known = ", ".join(sorted(f"{n}@{v}" for n, v in self.workflows)) or "none"
+        wanted = f"{name}@{version}" if version else name
+        raise WorkflowNotFound(f"unknown workflow {wanted!r} (registered: {known})")
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        """Connect, and apply migrations unless `migrate=False` (done lazily otherwise)."""
+        if self._opened:
+            return
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._opened:
+                return
+            if self._migrate:
+                await self.connector.migrate()
+            await self.connector.open()
+            self._opened = True
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations; the names of those applied now."""
+        return await self.connector.migrate()
+
+    async def close(self) -> None:
+        """Stop the workers of this app still running, then close every connection.
+
+        Each worker stops as on SIGTERM: it claims no more, lets its runs end within its
+        `shutdown_grace` and releases the others (claimable at once). The wait is bounded:
+        a worker whose loop does not get there in time is left behind, logged.
+        """
+        workers = list(self.workers_running)
+        for worker in workers:
+            worker.stop()
+        for worker in workers:
+            limit = worker.stop_within
+            # Waited for, never cancelled: a later close() must find `ended` still pending.
+            _, late = await asyncio.wait({asyncio.wrap_future(worker.ended)}, timeout=limit)
+            if late:
+                log.error("worker %s did not stop within %gs of close(); its runs are left "
+                          "to their leases", worker.worker_id, limit)  # fmt: skip
+        await self.end_watch.close()
+        await self.connector.close()
+        self._opened = False
+
+    async def __aenter__(self) -> Durably:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------- client API
+
+    async def create_run(self, new: NewRun, connection: Any = None) -> tuple[Run, bool]:
+        await self.open()
+        with _telemetry.start_span(new.workflow, new.version) as carrier:
+            new = dataclasses.replace(new, trace_context=_telemetry.encode_carrier(carrier))
+            return await self.store.create_run(new, connection)
+
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        version: str | None = None,
+        idempotency_key: str | None = None,
+        available_at: datetime | str | None = None,
+        deadline_at: datetime | str | None = None,
+        connection: Any = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
+    ) -> RunHandle[Any]:
+        """Start workflow `workflow` by name (see `Workflow.start`)."""
+        wf = self.get_workflow(workflow, version)
+        return await wf.start(
+            input, idempotency_key=idempotency_key, available_at=available_at,
+            deadline_at=deadline_at, connection=connection, concurrency_key=concurrency_key,
+            priority=priority,
+        )  # fmt: skip
+
+    async def send_signal(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        connection: Any = None,
+        expires: Duration | None = None,
+    ) -> dict[str, Any]:
+        """Send a durable signal.
+
+        Every run waiting on `name` receives it; with none waiting it is stored and the
+        next `wait_for_signal(name)` receives it. `run_id` addresses one run (refused when
+        that run has finished). A buffered signal past `expires` is never delivered.
+
+        Returns:
+            `{"delivered_to": [run ids], "buffered": bool, "duplicate": bool}`
+        """
+        check_signal_name(name)
+        expires_s = parse_duration(expires).total_seconds() if expires is not None else None
+        await self.open()
+        data_json = encode(data, f"the data of signal {name!r}", self.max_payload)
+        return await self.store.send_signal(
+            name, data_json, idempotency_key, run_id, connection, expires_s
+        )
+
+    async def cancel(self, run_id: str) -> Run:
+        """Cancel a run and its children; a step in flight is interrupted.
+
+        Raises:
+            RunNotFound: no such run.
+            RunTerminalError: the run already finished (the message names its status).
+        """
+        await self.open()
+        return await self.store.cancel(
+            run_id, {"type": "Canceled", "message": "the run was canceled"}
+        )
+
+    async def get_run(self, run_id: str) -> Run:
+        """The run as stored now (RunNotFound if there is none)."""
+        await self.open()
+        return await self.store.get_run(run_id)
+
+    async def list_steps(self, run_id: str) -> list[StepAttempt]:
+        """Every step attempt of a run, oldest first."""
+        await self.open()
+        return await self.store.list_steps(run_id)
+
+    async def list_runs(
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        created_after: datetime | None = None,
+        queue: str | None = None,
+    ) -> list[Run]:
+        """Runs, newest first, filtered by status, workflow name, queue and creation time."""
+        await self.open()
+        return await self.store.list_runs(
+            status=status, workflow=workflow, limit=limit, offset=offset,
+            created_after=created_after, queue=queue,
+        )  # fmt: skip
+
+    async def queue_counts(self) -> list[dict[str, Any]]:
+        """Each queue declared in the database: its limits, `running` and `waiting` runs."""
+        from ..store.queues import QueueClaims
+
+        await self.open()
+        return await QueueClaims(self.store).counts()
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """The scheduled workflows of this app with their next tick (`next_at`, ISO)."""
+        from ..worker.scheduler import next_ticks
+
+        return next_ticks(self)
+
+    async def list_stuck(self, limit: int = 100) -> list[Run]:
+        """Due runs that no live worker runs the (workflow, version) of, and runs that have
+        been due for over 30 s (workers are missing or saturated)."""
+        await self.open()
+        return await self.store.list_stuck(limit, grace_s=30, alive_s=60)
+
+    async def list_tables(self) -> list[str]:
+        """The engine's tables (schema-qualified on PostgreSQL)."""
+        await self.open()
+        return await self.store.list_tables()
+
+    def handle(self, run_id: str) -> RunHandle[Any]:
+        """A handle on an existing run (its result is plain JSON; `Workflow.handle` types it)."""
+        return RunHandle(self, run_id)
+
+    # ----------------------------------------------------------------- workers
+
+    def worker(
+        self,
+        concurrency: int = 10,
+        lease: Duration = "30s",
+        heartbeat: Duration = "10s",
+        worker_id: str | None = None,
+        poll_interval: Duration = "5s",
+        shutdown_grace: Duration = "10s",
+    ) -> Worker:
+        """A worker that executes this app's workflows (`await worker.run()`)."""
+        from ..worker.worker import Worker
+
+        return Worker(self, concurrency, lease, heartbeat, worker_id, poll_interval,
+                      shutdown_grace)  # fmt: skip
+
+    @property
+    def sync(self) -> SyncDurably:
+        """The same client API for code without an event loop."""
+        from .sync import SyncDurably
+
+        return SyncDurably(self)

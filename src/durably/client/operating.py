@@ -1,0 +1,195 @@
+"""Operating runs (§4.18), as part of the client API of `Durably`: resume and fork, events,
+signal housekeeping, retention."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from ..core.codec import encode
+from ..core.durations import Duration, parse_duration
+from ..core.errors import InvalidInput, WorkflowTimeoutError
+from ..core.limits import TimeUp, within
+from ..store.models import TERMINAL, Run
+from ..store.operations import Operations, Signal
+from ..store.records import NewRun
+
+if TYPE_CHECKING:
+    from ..store.endwatch import EndWatch
+    from ..store.store import Store
+    from ..workflow.definition import RunHandle, Workflow
+
+
+class OperatingApi:
+    """The operators' half of `Durably` (a mixin: `Durably` provides the rest)."""
+
+    store: Store
+    end_watch: EndWatch
+    workflows: dict[tuple[str, str], Workflow[Any, Any]]
+    max_payload: int
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def get_run(self, run_id: str) -> Run:
+        raise NotImplementedError
+
+    def handle(self, run_id: str) -> RunHandle[Any]:
+        raise NotImplementedError
+
+    @property
+    def operations(self) -> Operations:
+        return Operations(self.store)
+
+    async def resume(self, run_id: str) -> Run:
+        """Continue a failed or canceled run from its last completed step.
+
+        Completed steps are replayed from history, never run again; a step that failed
+        gets a fresh retry budget, and so does the workflow. The run is `pending` at once.
+
+        Raises:
+            RunNotFound: no such run.
+            InvalidInput: the run is not failed or canceled (nothing was written).
+        """
+        await self.open()
+        return await self.operations.resume(run_id)
+
+    async def fork(
+        self, run_id: str, from_position: int, version: str | None = None
+    ) -> RunHandle[Any]:
+        """Start a new run whose history is the first `from_position` entries of run
+        `run_id`'s log, with the same input, on `version` (default: the old one's; it need
+        not be registered here: workers that serve it take the run).
+
+        The log is every outcome the workflow received, counted from 1 in the order it
+        received them: a step that completed, or failed for good (a failure the code caught
+        counts: the fork replays it, so the code takes the same path), a sleep, a signal
+        wait, a child, a signal sent, an event set, a `patched` marker. Retried attempts
+        and compensations do not count. An out-of-range `from_position` is refused with
+        the log listed.
+
+        Example:
+            ```python
+            handle = await app.fork(run_id, from_position=3, version="v2")
+            ```
+
+        Raises:
+            RunNotFound: no such run.
+            InvalidInput: `from_position` is out of range (nothing was written).
+        """
+        await self.open()
+        old = await self.get_run(run_id)
+        version = version or old.version
+        wf = self.workflows.get((old.workflow, version))
+        new = NewRun(
+            workflow=old.workflow, version=version,
+            max_attempts=wf.retry.max_attempts if wf is not None else 1,
+            input_json=encode(old.input, "the input", self.max_payload),
+            queue=old.queue, concurrency_key=old.concurrency_key, priority=old.priority,
+        )  # fmt: skip  # a fork stays under its queue's limits
+        run = await self.operations.fork(old, from_position, new)
+        handle = self.handle(run.run_id)
+        handle.run = run
+        return handle
+
+    async def run_id_from_prefix(self, prefix: str) -> str:
+        """The run id that `prefix` (the whole id, or 8 or more of its first characters)
+        names; RunNotFound, or InvalidInput when several runs start with it."""
+        await self.open()
+        return await self.operations.run_by_prefix(prefix)
+
+    # ----------------------------------------------------------------- events
+
+    async def get_event(self, run_id: str, key: str, timeout: Duration | None = None) -> Any:
+        """The latest value run `run_id` set for `key` (`ctx.step.set_event`); if it has
+        set none yet, wait for the first (None once `timeout` has passed). The timeout
+        bounds the whole call, connecting and reading included.
+
+        Raises:
+            RunNotFound: no such run.
+            WorkflowTimeoutError: `timeout` passed before the events could be read at all
+                (None would say the run set none).
+        """
+        limit = parse_duration(timeout).total_seconds() if timeout is not None else None
+        read: list[bool] = []  # whether the events were read at all
+        if limit is not None and limit <= 0:  # no waiting: the event as it is, once
+            return (await self._read_event(run_id, key, read))[1]
+        try:
+            return await within(limit, self._first_event(run_id, key, read))
+        except TimeUp:
+            if not read:
+                raise WorkflowTimeoutError(
+                    f"the events of run {run_id} could not be read within {limit:g}s"
+                ) from None
+            return None
+
+    async def _read_event(self, run_id: str, key: str, read: list[bool]) -> tuple[bool, Any]:
+        """(whether run `run_id` has set `key`, its value); RunNotFound. `read` notes it."""
+        await self.open()
+        await self.get_run(run_id)
+        found = await self.operations.get_event(run_id, key)
+        read.append(True)
+        return found
+
+    async def _first_event(self, run_id: str, key: str, read: list[bool]) -> Any:
+        found, value = await self._read_event(run_id, key, read)
+        if found:
+            return value
+        async with self.end_watch.watching_events(run_id) as changed:  # the app's listener
+            while True:
+                found, value = await self.operations.get_event(run_id, key)
+                if found:
+                    return value
+                changed.clear()
+                # The fallback poll covers a lost LISTEN connection.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), 1.0)
+
+    async def list_events(self, run_id: str) -> dict[str, Any]:
+        """Every event key run `run_id` has set, with its latest value."""
+        await self.open()
+        return await self.operations.list_events(run_id)
+
+    # ----------------------------------------------------------------- signals
+
+    async def list_signals(
+        self, name: str | None = None, pending: bool = True, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """Stored signals, oldest first: those buffered for a future wait (`pending`, not
+        expired), or all that are kept. Each is
+        `{"id", "name", "data", "created_at", "expires_at", "consumed_by", ...}`."""
+        await self.open()
+        found: list[Signal] = await self.operations.list_signals(name, pending, limit)
+        return [s.to_dict() for s in found]
+
+    async def delete_signal(self, signal_id: int) -> None:
+        """Delete a stored signal (a stale buffered one, say); SignalNotFound if none."""
+        await self.open()
+        await self.operations.delete_signal(signal_id)
+
+    # ----------------------------------------------------------------- retention
+
+    async def purge(
+        self, older_than: Duration = "30 days", status: list[str] | str | None = None
+    ) -> dict[str, int]:
+        """Delete runs that finished more than `older_than` ago (`"0s"`: every finished
+        run), with their steps, the signals they consumed and those left in their own
+        buffer (addressed to them, or put back by a resume), in short batches.
+
+        Args:
+            older_than: how long a finished run is kept (by `finished_at`).
+            status: only runs that ended so (default: completed, failed and canceled).
+
+        Returns:
+            `{"runs": N, "signals": N}`, how many were deleted.
+        """
+        older_s = parse_duration(older_than).total_seconds()
+        statuses = [status] if isinstance(status, str) else list(status or sorted(TERMINAL))
+        wrong = [s for s in statuses if s not in TERMINAL]
+        if wrong or not statuses:
+            raise InvalidInput(
+                f"purge status must be among completed, failed, canceled, not {wrong or '[]'}"
+            )
+        await self.open()
+        return await self.operations.purge(older_s, statuses)

@@ -1,0 +1,135 @@
+"""Payloads are JSON: anything pydantic can serialize goes in, plain JSON (or the declared
+type, validated) comes out. The value a workflow sees is always the decoded stored form,
+and the stored form is this text, kept as it is (PostgreSQL `json`, SQLite TEXT): a replay
+sees exactly what the first execution saw, key order and every float included. Never pickle.
+
+What JSON cannot hold is refused here, once for both backends (SPEC §4.20): NaN and
+±Infinity (pydantic writes them as bare `NaN`/`Infinity`, which no JSON reader takes), and
+U+0000 (PostgreSQL cannot store it in JSON text; SQLite could, but a run must not depend on
+its backend)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import Any
+
+import pydantic_core
+from pydantic import TypeAdapter, ValidationError
+
+from .errors import InvalidInput, PayloadTooLarge
+
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+_BARE = re.compile(rb"(?:^|[\[:,])-?(?:NaN|Infinity)")
+# A run's history is read whole by every claim of it, as one JSON value: PostgreSQL's and
+# SQLite's limit for one value is 1 GB, and one run past it would fail the claim of every
+# run of its workflow. A run stops well before (see `Execution.spend_attempt`).
+DEFAULT_MAX_HISTORY = 256 * 1024 * 1024
+
+
+def encode(value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
+    """JSON text of `value`; InvalidInput naming `what` if JSON cannot hold it."""
+    try:
+        data = pydantic_core.to_json(value)
+    except pydantic_core.PydanticSerializationError as exc:
+        raise InvalidInput(f"{what} is not JSON-serializable: {exc}") from None
+    if len(data) > limit:
+        raise PayloadTooLarge(
+            f"{what} is {len(data)} bytes of JSON, over the limit of {limit} "
+            "(Durably(max_payload_bytes=...) sets it)"
+        )
+    # A search of the bytes costs next to nothing; only a text that may hold one is read to
+    # be sure. pydantic writes NaN and ±Infinity bare, where a value starts: matching only
+    # there keeps "NaN" inside a string (base64, prose) off the slow path.
+    if _BARE.search(data) or b"\\u0000" in data:
+        _refuse_unholdable(data, what)
+    return data.decode()
+
+
+def decode(text: str | None) -> Any:
+    """The value of stored JSON text (None stays None)."""
+    return None if text is None else json.loads(text)
+
+
+def parse(text: str, what: str) -> Any:
+    """The value of JSON text a user typed (CLI, dashboard); InvalidInput naming `what` if
+    it is not JSON, or holds what JSON cannot (Python's reader takes NaN and Infinity)."""
+    try:
+        value = json.loads(text, parse_constant=_constant)
+    except _Unholdable as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    if _holds_nul(value):
+        raise InvalidInput(f"{what} {_NUL}")
+    return value
+
+
+def canonical(value: Any) -> str:
+    """One text for equal JSON values, whatever the order of their keys: how inputs are
+    compared (an idempotent start). `true` and `1`, `1` and `1.0` stay apart."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+_NUL = ("holds a NUL character (U+0000), which PostgreSQL cannot store, so no backend "
+        "takes it: remove it, or store such text encoded (base64)")  # fmt: skip
+
+
+class _Unholdable(ValueError):
+    pass
+
+
+def _constant(token: str) -> Any:
+    raise _Unholdable(f"{token} has no JSON form (JSON has no NaN or ±Infinity): "
+                      "use None or a string instead")  # fmt: skip
+
+
+def _refuse_unholdable(data: bytes, what: str) -> None:
+    try:
+        value = json.loads(data, parse_constant=_constant)
+    except _Unholdable as exc:
+        raise InvalidInput(f"{what} is not JSON: {exc}") from None
+    if _holds_nul(value):
+        raise InvalidInput(f"{what} {_NUL}")
+
+
+def _holds_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+@functools.lru_cache(maxsize=512)
+def adapter(annotation: Any) -> TypeAdapter[Any]:
+    """A cached validator for a type annotation."""
+    return TypeAdapter(annotation)
+
+
+def validate(annotation: Any, value: Any, what: str) -> Any:
+    """`value` (plain JSON) as `annotation`; InvalidInput naming `what` if it does not fit."""
+    if annotation is Any:
+        return value
+    try:
+        return adapter(annotation).validate_python(value)
+    except ValidationError as exc:
+        raise InvalidInput(f"{what} is invalid: {_summary(exc)}") from None
+
+
+def _summary(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "value"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)

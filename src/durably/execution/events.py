@@ -1,0 +1,35 @@
+"""Events a run publishes for its clients: `ctx.step.set_event(key, value)`.
+
+An event is a step of kind "event" named by its key: recorded once, as the next entry of
+the run's log, and replayed from history afterwards (it is never written twice). Its value
+is the step's output, so the latest value of a key is the output of its newest record;
+`Durably.get_event` reads it, woken by a NOTIFY (PostgreSQL) or a commit (SQLite).
+
+A value once set stays published: clients may have read it. A resume keeps every event the
+run set (they are completed entries of its log); a workflow retry that cuts history before
+an event leaves its value the latest until the code sets the key again (the event step
+runs again there, and its new record wins).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..store.operations import Operations
+
+if TYPE_CHECKING:
+    from .execution import Execution
+    from .steps import Command
+
+
+async def run_set_event(x: Execution, cmd: Command, value_json: str) -> None:
+    attempt = x.new_attempt(cmd.position)
+    seq = x.reserve()
+    try:
+        await Operations(x.store).set_event(
+            x.lease, cmd.position, attempt, cmd.name, seq, value_json
+        )
+    except BaseException:
+        x.unreserve(seq)
+        raise
+    x.publish(seq, cmd, value=None)

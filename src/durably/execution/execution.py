@@ -1,0 +1,467 @@
+"""Executing one claimed run: replay the log, run new steps, park, finish, compensate.
+
+Workflow code runs on a `WorkflowLoop` of its own (see `_loop`). The execution first
+replays: it hands the recorded results back one at a time, in log order, running the
+workflow until it blocks after each, so every branch sees what it saw the first time. Then
+it goes live: commands the workflow issued and history has not resolved get their
+lifecycles (`_commands`, `_waits`) on the worker's loop; each result takes the next `seq`
+of the run's log and reaches the workflow in that order (`_runlog`). Waits fire on time
+while other bodies work (`_livewaits`); when everything left waits (a sleep, a signal, a
+child, a retry back-off) the run parks, and the next claim replays from the start.
+
+The engine's own failures never reach workflow code: a lost lease, a failed engine write,
+a shutdown or a cancel stop the execution (nothing more of the workflow runs), and a
+non-deterministic or misused workflow is poisoned (it is never driven again; the run fails).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..backends import Row
+from ..core import telemetry as _telemetry
+from ..core.clock import Clock
+from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode
+from ..core.errors import (
+    DatabaseUnavailable,
+    DeadlineExceeded,
+    DurablyError,
+    InvalidInput,
+    LeaseLostError,
+    NonDeterminismError,
+    PayloadTooLarge,
+    StepLimitExceeded,
+    WorkflowMisuseError,
+    describe,
+)
+from ..store.confirm import ClaimConfirmation
+from ..store.history import History
+from ..store.recorder import StepRecorder
+from ..store.records import Lease, RunEnd
+from ..store.store import Store
+from ..workflow.context import WorkflowContext
+from ..workflow.steps import StepApi
+from ..workflow.syncflow import SyncDriver
+from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
+from .lifecycles import Lifecycles
+from .livewaits import LiveWaits
+from .loop import WorkflowLoop
+from .runlog import Outcome, RunLog, Stop
+from .steps import Command, error_for, never_awaited, run_compensation
+
+if TYPE_CHECKING:
+    from ..workflow.definition import Workflow
+
+log = logging.getLogger("durably.worker")
+
+
+class Execution(RunLog, LiveWaits, Lifecycles):
+    """One claim of one run, from replay to park or finish."""
+
+    def __init__(
+        self,
+        store: Store,
+        workflow: Workflow[Any, Any],
+        row: Row,
+        worker_id: str,
+        clock: Clock,
+        threads: Executor | None,
+        max_payload: int,
+        max_step_attempts: int,
+        recorder: StepRecorder,
+        on_park: Callable[[float | None], None],
+        heartbeat: Callable[[], Coroutine[Any, Any, None]],
+        confirm: ClaimConfirmation | None = None,
+        max_history_bytes: int = DEFAULT_MAX_HISTORY,
+    ) -> None:
+        self.store = store
+        self._confirm = confirm
+        self.workflow = workflow
+        self.row = row
+        self.lease = Lease(row["id"], row["fence"], worker_id, row["attempts"])
+        self.history = History.parse(row["history"], row["attempts"], row.get("resumes"))
+        self.clock = clock
+        self.threads = threads
+        self.max_payload = max_payload
+        self.max_step_attempts = max_step_attempts
+        self.max_history_bytes = max_history_bytes
+        # The history's size as claimed, and what this claim encoded to record since (a
+        # signal's data is counted by the next claim's read).
+        self.history_bytes = len(row["history"] or "")
+        self.recorder = recorder
+        self.on_park = on_park
+        self.heartbeat = heartbeat
+        self._db_now: datetime = row["db_now"]
+        self.lease_s = (row["lease_expires_at"] - self._db_now).total_seconds()  # as claimed
+        self._mono_at_claim = clock.monotonic()
+        self.loop = WorkflowLoop(self.poison)  # type: ignore[abstract]  # I/O is refused
+        self.commands: dict[int, Command] = {}
+        self._position = 0
+        self._to_start: list[Command] = []
+        self._active: dict[asyncio.Task[None], Command] = {}
+        self.concluded = False
+        self.interrupting = False  # bodies are being cancelled by the engine
+        self._init_log(self.history.max_seq)
+        self.replaying = True
+        self.collect_only = bool(row["compensating"])
+        self.fatal: BaseException | None = None
+        self.stop: Stop | None = None
+        self.compensations: list[tuple[int, Command]] = []
+        self._compensated = self.history.compensations_done()
+        self._home: asyncio.AbstractEventLoop | None = None
+        self.steps = StepApi(self)
+        self._sync: SyncDriver | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.lease.run_id
+
+    async def confirm_claim(self) -> None:
+        """Return once this run's claim is durable (before its fence reaches a body; see
+        `_confirm`); LeaseLostError if it is not held."""
+        if self._confirm is not None:
+            await self._confirm.confirm(self.run_id)
+
+    def now(self) -> datetime:
+        """The database's time, estimated from the claim's `now()` and the elapsed time."""
+        return self._db_now + timedelta(seconds=self.clock.monotonic() - self._mono_at_claim)
+
+    def encode(self, value: Any, what: str, history: bool = True) -> str:
+        """`value` as JSON to record (counted in the run's history, unless `history` is
+        False)."""
+        text = encode(value, what, self.max_payload)
+        if history:
+            self.history_bytes += len(text)
+        return text
+
+    def new_attempt(self, position: int, spend: bool = True) -> int:
+        """The number of the next attempt at `position`, counted against the run's limit
+        (compensations are not: a run at its limit must still undo)."""
+        if spend:
+            self.spend_attempt()
+        attempt = self.history.next_attempt(position)
+        self.history.took_attempt(position, attempt)
+        return attempt
+
+    def spend_attempt(self) -> None:
+        """Count one more step attempt against the run's limits: of attempts, and of its
+        history's size (every claim reads the history whole)."""
+        self.history.attempts += 1
+        error: DurablyError | None = None
+        if self.history.attempts > self.max_step_attempts:
+            error = StepLimitExceeded(
+                f"run {self.run_id} reached its limit of {self.max_step_attempts} step attempts"
+            )
+        elif self.history_bytes > self.max_history_bytes:
+            error = PayloadTooLarge(
+                f"run {self.run_id}'s history reached {self.history_bytes} bytes, past its "
+                f"limit of {self.max_history_bytes} (Durably(max_history_bytes=...) sets it): "
+                "return less from its steps, or continue in a child or a new run"
+            )
+        if error is not None:
+            self.poison(error)
+            raise error
+
+    # --------------------------------------------------------------- issuing (workflow loop)
+
+    def next_position(self) -> int:
+        """The position the workflow's next step will take."""
+        return self._position + 1
+
+    def issue(self, cmd_factory: Callable[[int], Command], name: str, kind: str) -> Command:
+        """Give the workflow's next step its position and check it against history."""
+        running = asyncio._get_running_loop()
+        if running is not self.loop or self.fatal is not None:
+            error = self.fatal or WorkflowMisuseError(
+                f"ctx.step.{kind.replace('-', '_')}({name!r}) was called outside the "
+                "workflow's code (from inside a step body?); step bodies cannot run steps"
+            )
+            if running is None and self._home is not None:  # a sync body's thread
+                self._home.call_soon_threadsafe(self.poison, error)
+            else:
+                self.poison(error)
+            raise error
+        self._position += 1
+        try:
+            rec = self.history.at(self._position, name, kind)
+        except NonDeterminismError as exc:
+            self.poison(exc)
+            raise
+        cmd = cmd_factory(self._position)
+        cmd.recorded = rec
+        cmd.gate = self._delivered
+        cmd.dropped = self._dropped
+        cmd.future.add_done_callback(lambda future: self._awaited_no_more(cmd, future))
+        self.commands[cmd.position] = cmd
+        if rec is None or not rec.resolves:
+            self._to_start.append(cmd)
+        return cmd
+
+    def _dropped(self, cmd: Command) -> None:
+        """Workflow code let go of `cmd`'s awaitable without awaiting it: the execution is
+        poisoned at once, so its next step call raises and nothing it issued starts (the
+        same place live and on replay: the code decides it). Let go of later, outside the
+        workflow's pass (the run parked, or ended), it is not a mistake of the code's."""
+        if self.loop.is_running() and not self.concluded:
+            self.poison(never_awaited(cmd))
+
+    def poison(self, error: BaseException) -> None:
+        """The workflow did what cannot be replayed: never drive it again; the run fails."""
+        if self.fatal is None:
+            self.fatal = error
+        self.wake_gated()
+        self._changed.set()
+
+    # --------------------------------------------------------------- the run
+
+    async def execute(self) -> None:
+        """Run the claim to its end: park, retry, finish, or let go."""
+        self._home = asyncio.get_running_loop()
+        try:
+            with _telemetry.run_span(self.row):
+                await self._execute()
+        except (LeaseLostError, DatabaseUnavailable) as exc:
+            log.warning("run %s: %s; it is left to be claimed again", self.run_id, exc)
+        except (Exception, asyncio.CancelledError) as exc:  # a defect: end the run, no loop
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task and task.cancelling():
+                # Cancelled from outside (the event loop shutting down), not by a defect:
+                # the run is left to its lease, then claimed again.
+                log.warning("run %s: its execution was cancelled; it is left to be claimed "
+                            "again", self.run_id)  # fmt: skip
+                raise
+            log.error("run %s: unexpected error; the run fails", self.run_id, exc_info=exc)
+            with contextlib.suppress(Exception):
+                await self.store.finish_run(self.lease, "failed", None, describe(exc))
+        finally:
+            self.concluded = True
+            if self._confirm is not None:  # a confirmation asked again renews it no more
+                self._confirm.forget(self.run_id)
+            self.interrupt_bodies()
+            for cmd in self.commands.values():  # a parked run holds no timer (nor memory)
+                if cmd.timer is not None:
+                    cmd.timer.cancel()
+            try:
+                await self._end_lifecycles()
+            finally:  # even if cancelled again: no workflow thread is left waiting
+                self.loop.close()
+                if self._sync is not None:  # a sync workflow's thread on a step unwinds
+                    self._sync.close()
+
+    async def _execute(self) -> None:
+        deadline = self.row["deadline_at"]
+        if not self.collect_only and deadline is not None and deadline <= self.now():
+            self.halt(Stop("deadline", "failed", DeadlineExceeded(
+                f"run passed its deadline {deadline.isoformat()}")))  # fmt: skip
+        timer = None
+        if deadline is not None and self.stop is None:
+            delay = max((deadline - self.now()).total_seconds(), 0)
+            timer = asyncio.get_running_loop().call_later(delay, self.halt, Stop(
+                "deadline", "failed", DeadlineExceeded(
+                    f"run passed its deadline {deadline.isoformat()}")))  # fmt: skip
+        try:
+            main = await self._drive()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        await self._conclude(main)
+
+    async def _drive(self) -> asyncio.Task[Any] | None:
+        """Replay, then run until the workflow ends, everything waits, or it must stop.
+
+        None: the run parked.
+        """
+        main = self.loop.create_task(self._call_workflow())
+        self.loop.run_until_blocked()
+        self._replay()
+        self.replaying = False
+        while not (self.collect_only or self.fatal or self.stop or main.done()):
+            self._start_issued()
+            if not (self._active or self._outbox or self._unpublished or self._to_start):
+                if await self._park():
+                    return None
+                self.poison(WorkflowMisuseError(
+                    "the workflow is blocked on something that is not a durable step "
+                    "(an asyncio primitive nobody will set?); it can never continue"
+                ))  # fmt: skip
+                break
+            self._changed.clear()
+            await self._changed.wait()
+            self._deliver()
+        self._start_issued()  # what the workflow issued as it returned (a child to start)
+        return main
+
+    def _replay(self) -> None:
+        """Hand back the recorded results in log order, one at a time."""
+        for rec in self.history.log:
+            if self.fatal is not None:
+                return
+            if self.history.skips(rec, self._position):  # a resume's fresh budget
+                self.history.forget(rec.position)
+                cmd = self.commands.get(rec.position)
+                if cmd is not None:
+                    cmd.recorded = None
+                    self._to_start.append(cmd)
+                continue
+            cmd = self.commands.get(rec.position)
+            if cmd is None:
+                self.poison(NonDeterminismError(
+                    rec.position, rec.describe(), "no step there (the code did not reach it)"
+                ))  # fmt: skip
+                return
+            value = None if rec.kind == "sleep" else rec.output
+            if rec.completed:
+                if cmd.compensate is not None:
+                    cmd.value = value
+                    self.compensations.append((rec.seq or 0, cmd))
+                received = self._resolve(cmd, Outcome(value=value))
+                if not received and rec.kind == "signal-wait" and rec.delivered:
+                    self.give_back(cmd, rec.seq or 0)  # the claim that recorded it did not
+            else:
+                self._resolve(cmd, Outcome(error=error_for(rec)))
+
+    async def _park(self) -> bool:
+        """Everything left waits: park the run until the earliest wake-up. False: nothing waits."""
+        waits = [c.wait for c in self.commands.values()
+                 if c.wait is not None and not c.settled and not c.abandoned]  # fmt: skip
+        if not waits:
+            return False
+        self.concluded = True
+        wakes = [w.wake_at for w in waits if w.wake_at is not None]
+        wake_at = min(wakes) if wakes else None
+        status = "pending" if all(w.retry for w in waits) else "waiting"
+        label = ", ".join(dict.fromkeys(w.label for w in waits))[:500]
+        available = await self.store.park(self.lease, status, wake_at, label)
+        if available is not None:
+            self.on_park((available - self.now()).total_seconds())
+        return True
+
+    async def _conclude(self, main: asyncio.Task[Any] | None) -> None:
+        stop = self.stop
+        ends_well = (stop is None and self.fatal is None and main is not None and main.done()
+                     and not main.cancelled() and main.exception() is None)  # fmt: skip
+        await self._quiesce(fold=ends_well)
+        if stop is not None and stop.status is None:  # let go: someone else continues
+            log.warning("run %s: %s; it is left to be claimed again", self.run_id, stop)
+            if stop.release:
+                with contextlib.suppress(Exception):
+                    await self.store.release(self.lease)
+            return
+        if main is None and stop is None:  # parked
+            return
+        if self.collect_only or (stop is not None and stop.status == "canceled"):
+            await self._compensate()
+            await self._finish("canceled")  # keeps the error the cancel stored
+            return
+        if stop is not None:
+            await self._fail(stop.error, retry=False)
+            return
+        if self.fatal is not None:
+            await self._fail(self.fatal, retry=False)
+            return
+        assert main is not None
+        await self._ended(main)
+
+    async def _ended(self, main: asyncio.Task[Any]) -> None:
+        if main.cancelled():
+            await self._fail(WorkflowMisuseError("the workflow's task was cancelled"), retry=False)
+            return
+        error = main.exception()
+        if error is not None:
+            await self._fail(error, retry=True)
+            return
+        forgotten = [c for c in self.commands.values() if not c.awaited]
+        if forgotten:  # returned (not dropped) or kept to the end, never awaited
+            await self._fail(never_awaited(forgotten[0]), retry=False)
+            return
+        try:
+            out = self.encode(main.result(), "the workflow's result", history=False)
+        except InvalidInput as exc:
+            await self._fail(exc, retry=False)
+            return
+        await self._finish("completed", output_json=out)
+
+    async def _fail(self, error: BaseException, retry: bool) -> None:
+        await self._quiesce()
+        attempts = self.row["attempts"]
+        if retry and attempts < self.row["max_attempts"]:
+            # Its waits end with it, in the retry's transaction (see `RunEnds.retry_run`).
+            delay = self.workflow.retry.delay(attempts).total_seconds()
+            log.warning("run %s: attempt %d failed (%s); retrying in %gs",
+                        self.run_id, attempts, error, delay)  # fmt: skip
+            self.concluded = True
+            resumes = decode(self.row.get("resumes")) or ()
+            await self.store.retry_run(self.lease, describe(error), delay, resumes)
+            self.on_park(delay)
+            return
+        log.warning("run %s failed: %s", self.run_id, error)
+        await self._compensate()
+        await self._finish("failed", error=describe(error))
+
+    async def _compensate(self) -> None:
+        """Run each completed step's undo once, newest first (durably: recorded steps).
+        Every step record still in flight is made durable first: a step that completed is
+        undone, even when its record's own write is late or failed."""
+        await self._quiesce(fold=True)
+        await self.write_in_flight()
+        done = self._compensated
+        todo = [cmd for _, cmd in sorted(self.compensations, key=lambda c: c[0], reverse=True)]
+        for cmd in todo:
+            if cmd.position not in done:
+                done.add(cmd.position)
+                await run_compensation(self, cmd)
+
+    async def _finish(
+        self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None
+    ) -> None:
+        self.concluded = True
+        children = any(cmd.kind == "child" for cmd in self.commands.values())
+        records = list(self._in_flight.values())
+        if children:  # its children end with it, in one transaction of its own
+            ended = await self.store.finish_run(
+                self.lease, status, output_json, error, children, records
+            )
+        else:
+            end = RunEnd(self.lease, status, output_json, error, records)
+            ended = await self.recorder.finish(end) or await self.store.end_refused(self.lease)
+        if ended:
+            return
+        # Canceled while it ended: the cancel wins; undo what completed.
+        log.warning("run %s was canceled as it ended %s", self.run_id, status)
+        await self._compensate()
+        await self.store.finish_run(self.lease, "canceled", None, None, children)
+
+    async def _call_workflow(self) -> Any:
+        wf = self.workflow
+        value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
+        if wf.sync:
+            return await self._call_sync_workflow(value)
+        ctx = WorkflowContext(
+            run_id=self.run_id, workflow=wf.name, version=wf.version,
+            attempt=self.row["attempts"], step=self.steps, input=value,
+        )  # fmt: skip
+        if not wf.takes_input:
+            return await wf.fn(ctx)
+        return await wf.fn(ctx, value)
+
+    async def _call_sync_workflow(self, value: Any) -> Any:
+        """A plain `def` workflow: in a thread of its own, in lockstep (`_syncflow`)."""
+        wf = self.workflow
+        home = self._home_loop()
+        driver = SyncDriver(
+            wf.fn, (), f"durably-workflow-{self.run_id}",
+            lambda error: home.call_soon_threadsafe(self.poison, error),
+        )  # fmt: skip
+        ctx = SyncWorkflowContext(
+            self.run_id, wf.name, wf.version, self.row["attempts"],
+            SyncStepApi(self.steps, driver), value,
+        )  # fmt: skip
+        driver.args = (ctx, value) if wf.takes_input else (ctx,)
+        self._sync = driver
+        return await driver.main()

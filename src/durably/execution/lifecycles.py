@@ -1,0 +1,172 @@
+"""The lifecycles of an execution's commands: each command the workflow issued runs as a
+task on the worker's loop once every result it could depend on is durable; the engine's
+own failures in one stop the execution, a defect poisons it. When the execution ends, no
+lifecycle outlives it: bodies are interrupted, given `SETTLE_S`, then their lifecycles are
+cancelled and awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, cast
+
+from ..core.errors import DatabaseUnavailable, LeaseLostError
+from ..store.records import Lease
+from .runlog import Stop
+from .steps import Command
+
+if TYPE_CHECKING:
+    from .execution import Execution
+
+log = logging.getLogger("durably.worker")
+
+# How long a stopping execution waits for its step bodies to notice the cancel.
+SETTLE_S = 5.0
+
+
+class Lifecycles:
+    """Part of `Execution`: its commands' lifecycle tasks."""
+
+    lease: Lease
+    commands: dict[int, Command]
+    _to_start: list[Command]
+    _active: dict[asyncio.Task[None], Command]
+    _home: asyncio.AbstractEventLoop | None
+    _changed: asyncio.Event
+    replaying: bool
+    collect_only: bool
+    concluded: bool
+    interrupting: bool
+    fatal: BaseException | None
+    stop: Any
+    poison: Callable[[BaseException], None]
+    wake_gated: Callable[[], None]
+    _arm: Callable[[Command], None]
+    _durable_through: Callable[[int, int | None], Coroutine[Any, Any, None]]
+
+    def _start_issued(self) -> None:
+        if self.replaying or self.collect_only or self.fatal or self.stop:
+            return
+        commands, self._to_start = self._to_start, []
+        for cmd in commands:
+            self._spawn(cmd, self._lifecycle(cmd))
+
+    def _spawn(self, cmd: Command, work: Coroutine[Any, Any, None]) -> None:
+        cmd.active = True
+        task = self._home_loop().create_task(work)
+        self._active[task] = cmd
+        task.add_done_callback(self._lifecycle_done)
+
+    def _home_loop(self) -> asyncio.AbstractEventLoop:
+        assert self._home is not None
+        return self._home
+
+    def _lifecycle_done(self, task: asyncio.Task[Any]) -> None:
+        cmd = self._active.pop(task, None)
+        if cmd is not None:
+            cmd.active = False
+            if cmd.wait is not None and not cmd.settled:
+                self._arm(cmd)
+        if not self._active:  # the drive looks again only when nothing is left running
+            self._changed.set()
+
+    async def _lifecycle(self, cmd: Command) -> None:
+        try:
+            await self._durable_through(cmd.gate, cmd.position)
+            if self.stop is None and self.fatal is None:
+                await cmd.lifecycle(cast("Execution", self), cmd)
+        except Exception as exc:
+            if self.concluded:
+                # A record that raced the run's end: the end wrote it, or (refused, or a
+                # compensating end) `write_in_flight` writes it before any undo is chosen.
+                return
+            if self.is_engine_failure(exc):
+                self.halt(Stop(f"{type(exc).__name__}: {exc}"))
+            elif self.fatal is None:
+                log.error("run %s: step %r: unexpected error", self.lease.run_id, cmd.name,
+                          exc_info=exc)  # fmt: skip
+                self.poison(exc)
+
+    @staticmethod
+    def is_engine_failure(exc: BaseException) -> bool:
+        """A failure of the engine's own writes: the run is left to be claimed again."""
+        return isinstance(exc, LeaseLostError | DatabaseUnavailable)
+
+    def halt(self, stop: Stop) -> None:
+        """Stop driving the workflow and interrupt every step body in flight."""
+        if stop.replaces(self.stop):
+            self.stop = stop
+        self.interrupt_bodies()
+        self.wake_gated()
+        self._changed.set()
+
+    def interrupt_bodies(self) -> None:
+        """Cancel the bodies in flight; a sync body is only asked (`ctx.cancelled`).
+
+        A thread cannot be interrupted: cancelling its future would only stop waiting for
+        it. A run let go (a drain's release) while one runs would be claimed and its step
+        run again beside it, so such a body keeps its future, and the run (its lease
+        renewed) until it returns and its outcome is recorded.
+        """
+        self.interrupting = True
+        keep = self.stop is not None and self.stop.release
+        for cmd in self.commands.values():
+            if cmd.step_context is not None:
+                cmd.step_context.cancelled.set()
+            if cmd.body is not None and not (keep and cmd.in_thread):
+                cmd.body.cancel()
+
+    def _threads_kept(self) -> list[Command]:
+        """Commands whose sync body still runs in a thread while the run is let go."""
+        if self.stop is None or not self.stop.release:
+            return []
+        return [c for c in self.commands.values()
+                if c.in_thread and c.body is not None and not c.body.done()]  # fmt: skip
+
+    async def _quiesce(self, fold: bool = False) -> None:
+        """Interrupt bodies still running and wait until every lifecycle has ended (with
+        `fold`, or is only writing its record: the run's end will write it): for at most
+        `SETTLE_S`, but as long as a thread is kept (see `interrupt_bodies`)."""
+        self.interrupt_bodies()
+        loop = asyncio.get_running_loop()
+        until, told = loop.time() + SETTLE_S, False
+        while True:
+            busy = [t for t, cmd in self._active.items() if not (fold and cmd.recording)]
+            kept = self._threads_kept()
+            if not busy or (not kept and loop.time() >= until):
+                return
+            if kept and not told:
+                told = True
+                log.warning("run %s: step %r runs in a thread, which cannot be interrupted: "
+                            "the run is kept until it returns", self.lease.run_id,
+                            kept[0].name)  # fmt: skip
+            self._changed.clear()
+            changed = loop.create_task(self._changed.wait())
+            await asyncio.wait([*busy, changed], timeout=None if kept else until - loop.time(),
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            changed.cancel()
+
+    async def _end_lifecycles(self) -> None:
+        """No lifecycle outlives its execution: those still running (a body that ignores
+        cancellation kept its lifecycle past `_quiesce`) get `SETTLE_S` more, then are
+        cancelled and awaited. A lifecycle stops waiting for its body when cancelled (see
+        `_commands._invoke`): such a body is user code left running, logged, and nothing
+        of it is recorded (its attempt is abandoned or canceled by the run's next owner)."""
+        for cancel in (False, True):
+            tasks = list(self._active)
+            if not tasks:
+                return
+            if cancel:
+                for task in tasks:
+                    cmd = self._active.get(task)
+                    if cmd is not None and cmd.body is not None and not cmd.body.done():
+                        log.error("run %s: step %r ignored cancellation for %gs; its body is "
+                                  "left running and its outcome will not be recorded",
+                                  self.lease.run_id, cmd.name, 2 * SETTLE_S)  # fmt: skip
+                    task.cancel()
+            await asyncio.wait(tasks, timeout=SETTLE_S)
+        for task in self._active:
+            log.error("run %s: step %r did not end after cancellation", self.lease.run_id,
+                      self._active[task].name)  # fmt: skip

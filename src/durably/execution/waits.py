@@ -1,0 +1,243 @@
+"""The lifecycles of commands that wait or talk to other runs: sleeps, signal waits and
+sends, children. A wait is recorded as a `running` attempt with its wake time; the run's own
+worker ends it as the next entry of the log (a signal's data, a time-out's None, a child's
+result), and a run with nothing but waits left parks on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import uuid
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..core.codec import decode
+from ..core.errors import InvalidInput, RunNotFound, RunTerminalError, StepFailedError, describe
+from ..store.operations import RESUMABLE, Operations
+from ..store.records import NewRun, PendingStep
+from .steps import Command, Wait, child_error
+
+if TYPE_CHECKING:
+    from ..workflow.definition import Workflow
+    from .execution import Execution
+
+CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
+TIMED_OUT = {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"}
+SUPERSEDED = {
+    "type": "ChildSuperseded",
+    "message": "a later attempt of the parent started a child of other input at its position",
+}
+
+
+async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
+    rec = cmd.recorded
+    if rec is not None and rec.waiting:
+        attempt, wake_at = rec.attempt, rec.wake_at
+    else:
+        attempt = x.new_attempt(cmd.position)
+        wake_at = await x.store.record_start(
+            x.lease, cmd.position, attempt, cmd.name, "sleep", wait_s=seconds
+        )
+    if wake_at is not None and wake_at > x.now():
+        cmd.wait = Wait(wake_at, f"sleep:{cmd.name}", attempt=attempt)
+        return
+    await _resolve_wait(x, cmd, attempt, None)
+
+
+async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: float | None) -> None:
+    rec = cmd.recorded
+    if rec is not None and rec.waiting:
+        delivered, data = rec.delivered, rec.output
+        if not delivered and cmd.poked:  # a signal may have arrived while we ran
+            row = await x.store.get_attempt(x.run_id, cmd.position, rec.attempt)
+            delivered = row is not None and row["delivered_at"] is not None
+            data = decode(row["output"]) if row is not None and delivered else None
+        if delivered:
+            # A send fills only a wait that has no signal yet, so what was delivered is
+            # final: the wait ends as an ordinary record (group-committed with the others,
+            # and with the run's end when that comes first), not in a transaction of its own.
+            await x.settle(cmd, PendingStep(
+                cmd.position, rec.attempt, cmd.name, cmd.kind, "completed",
+                output_json=json.dumps(data, ensure_ascii=False),  # valid, and within limits
+            ), value=data)  # fmt: skip
+        elif rec.wake_at is not None and rec.wake_at <= x.now():
+            await _resolve_wait(x, cmd, rec.attempt, signal)
+        else:
+            cmd.wait = Wait(rec.wake_at, f"signal:{signal}", attempt=rec.attempt)
+        return
+    attempt = x.new_attempt(cmd.position)
+    seq = x.reserve()
+    try:
+        taken, wake_at = await x.store.begin_signal_wait(
+            x.lease, cmd.position, attempt, cmd.name, signal, timeout, seq
+        )
+    except BaseException:
+        x.unreserve(seq)
+        raise
+    if taken is not None:
+        x.publish(seq, cmd, value=decode(taken))
+        return
+    x.unreserve(seq)
+    if wake_at is not None and wake_at <= x.now():
+        await _resolve_wait(x, cmd, attempt, signal)
+        return
+    cmd.wait = Wait(wake_at, f"signal:{signal}", attempt=attempt)
+
+
+async def _resolve_wait(
+    x: Execution,
+    cmd: Command,
+    attempt: int,
+    signal: str | None,
+    status: str = "completed",
+    output: str | None = None,
+    error: dict[str, Any] | None = None,
+) -> None:
+    """End a recorded wait (a delivered signal's data wins over a timeout's None)."""
+    seq = x.reserve()
+    try:
+        stored = await x.store.resolve_wait(
+            x.lease, cmd.position, attempt, signal, status, output, error, seq
+        )
+    except BaseException:
+        x.unreserve(seq)
+        raise
+    if status == "completed":
+        x.publish(seq, cmd, value=decode(stored))
+    else:
+        assert error is not None
+        x.publish(seq, cmd, error=child_error(error))
+
+
+async def run_send_signal(
+    x: Execution,
+    cmd: Command,
+    signal: str,
+    data_json: str,
+    key: str | None,
+    run_id: str | None,
+    expires_s: float | None = None,
+) -> None:
+    attempt = x.new_attempt(cmd.position)
+    seq = x.reserve()
+    try:
+        result = await x.store.send_signal_step(
+            x.lease, cmd.position, attempt, cmd.name, seq, signal, data_json, key, run_id,
+            lambda value: x.encode(value, "a signal result"), expires_s,
+        )  # fmt: skip
+    except Exception as exc:
+        x.unreserve(seq)
+        if x.is_engine_failure(exc):
+            raise
+        # A refused send (the addressed run is finished, or unknown) fails the step.
+        error = describe(exc)
+        await x.settle(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
+        ), error=StepFailedError(cmd.name, error))  # fmt: skip
+        return
+    x.publish(seq, cmd, value=result)
+
+
+# ------------------------------------------------------------------ children
+
+
+async def run_child(
+    x: Execution, cmd: Command, workflow: Workflow[Any, Any], input: Any, timeout: float | None,
+    on_parent_close: str,
+) -> None:  # fmt: skip
+    rec = cmd.recorded
+    if rec is not None and rec.waiting and rec.child_run_id:
+        await check_child(x, cmd, rec.attempt, rec.child_run_id, rec.wake_at)
+        return
+    earlier = x.history.child_at(cmd.position)  # an earlier workflow attempt's child
+    attempt = x.new_attempt(cmd.position)
+    try:
+        new = workflow.new_run(
+            input, parent_run_id=x.run_id, parent_close=on_parent_close,
+            run_id=earlier or child_run_id(x.run_id, cmd.position),
+        )  # fmt: skip
+    except InvalidInput as exc:
+        error = describe(exc)
+        await x.settle(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
+        ), error=StepFailedError(cmd.name, error))  # fmt: skip
+        return
+    if earlier is not None:
+        new = await _take_over(x, cmd, new, attempt)
+    child_id = cmd.child_run_id = new.run_id
+    assert child_id is not None
+    wake_at, created = await x.store.start_child(
+        x.lease, cmd.position, attempt, cmd.name, new, timeout
+    )
+    if created:
+        cmd.wait = Wait(wake_at, f"child:{child_id}", attempt=attempt, child_run_id=child_id)
+    else:  # started before (a lost reply, an earlier attempt): it may have ended already
+        await check_child(x, cmd, attempt, child_id, wake_at)
+
+
+async def _take_over(x: Execution, cmd: Command, new: NewRun, attempt: int) -> NewRun:
+    """A new workflow attempt (a retry, a resume) at a position where an earlier one started
+    a child: the same child, never a second doing the same work. One that completed gives
+    its result, one still going is waited for, one that failed or was canceled is resumed
+    (its completed steps are not run again). A child of another workflow or input does other
+    work: it is canceled, and this attempt starts its own."""
+    assert new.run_id is not None
+    try:
+        old = await x.store.get_run(new.run_id)
+    except RunNotFound:  # purged with its parent's earlier end: the name is free again
+        return new
+    if old.workflow == new.workflow and old.input == decode(new.input_json):
+        if old.status in RESUMABLE:
+            with contextlib.suppress(InvalidInput, RunTerminalError):  # compensating; resumed
+                await Operations(x.store).resume(old.run_id)
+        return new
+    if not old.terminal:
+        with contextlib.suppress(RunTerminalError):
+            await x.store.cancel(old.run_id, SUPERSEDED)
+    return dataclasses.replace(new, run_id=child_run_id(x.run_id, cmd.position, attempt))
+
+
+def child_run_id(run_id: str, position: int, attempt: int = 1) -> str:
+    """Deterministic: a replay that reaches the same call names the same child, and so does
+    a later workflow attempt (see `_take_over`): the child is a function of the parent run
+    and the position. Only a child replaced by one of other work takes the attempt too."""
+    key = f"{run_id}/{position}" if attempt == 1 else f"{run_id}/{position}/{attempt}"
+    return uuid.uuid5(CHILD_NAMESPACE, key).hex
+
+
+async def check_child(
+    x: Execution, cmd: Command, attempt: int, child_id: str, wake_at: datetime | None
+) -> None:
+    child = await x.store.get_run(child_id)
+    if not child.terminal and (wake_at is None or wake_at > x.now()):
+        cmd.wait = Wait(wake_at, f"child:{child.run_id}", attempt=attempt,
+                        child_run_id=child.run_id)  # fmt: skip
+        return
+    if not child.terminal:
+        # Timed out: cancel the child. It may end on its own meanwhile: then its end, read
+        # again, is the outcome (a child that completed is the parent's result).
+        try:
+            child = await x.store.cancel(child.run_id, TIMED_OUT)
+        except RunTerminalError:
+            child = await x.store.get_run(child_id)
+    if child.status == "completed":
+        out = x.encode(child.output, "a child's result")
+        await _resolve_wait(x, cmd, attempt, None, output=out)
+        return
+    error: dict[str, Any]
+    if child.status == "canceled" and (child.error or {}).get("type") == TIMED_OUT["type"]:
+        # Canceled for the parent's time-out (by this claim, or by one that did so before
+        # it could record the time-out).
+        error = {
+            "type": "WorkflowTimeoutError", "child_run_id": child.run_id,
+            "message": f"child run {child.run_id} did not finish in time; canceled",
+        }  # fmt: skip
+    else:
+        error = {
+            "type": "ChildWorkflowError",
+            "message": f"child run {child.run_id} {child.status}",
+            "child_run_id": child.run_id, "status": child.status, "child_error": child.error,
+        }  # fmt: skip
+    await _resolve_wait(x, cmd, attempt, None, status="failed", error=error)

@@ -1,0 +1,365 @@
+"""The engine's operations on its tables, over either dialect's named queries.
+
+Everything that writes on behalf of a worker is fenced: it carries a `Lease` and commits
+only while that lease is live (see the header of each `queries.sql`). Everything that
+clients call (start, signal, cancel) may run inside the caller's own transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..backends import Connector, Row, Tx
+from ..core.codec import canonical, decode, encode
+from ..core.errors import (
+    DatabaseUnavailable,
+    IdempotencyConflictError,
+    LeaseLostError,
+    RunNotFound,
+    RunTerminalError,
+    user_failure,
+)
+from .ends import RunEnds
+from .giveback import GiveBacks
+from .models import Run, StepAttempt
+from .records import Lease, NewRun, PendingStep
+from .sends import Sends
+
+
+class _BodyFailed(Exception):
+    """Carries a `step.transaction` body's own error past the connector, which would
+    take a database error for the engine's (its retry policy decides, not the lease)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Store(RunEnds, Sends, GiveBacks):
+    """durably's tables, as operations."""
+
+    def __init__(self, connector: Connector, namespace: str) -> None:
+        self.db = connector
+        self.namespace = namespace
+        self.channel = f"durably_{connector.schema}"
+
+    # ----------------------------------------------------------------- client side
+
+    async def create_run(self, new: NewRun, external: Any = None) -> tuple[Run, bool]:
+        """Insert a run, or return the one its idempotency key already names."""
+        rows = (
+            []
+            if external is not None
+            else await self.db.fetch("insert_run", **self._insert_params(new))
+        )  # one round trip when it is new; else the transaction below reads what is there
+        if rows:
+            run, created = Run.from_row(rows[0]), True
+        else:
+            async with self.db.transaction(external) as tx:
+                run, created = await self.insert_run(tx, new)
+        if created and (run.available_at is None or run.status == "pending"):
+            self.db.notify_local("run")
+        return run, created
+
+    async def insert_run(self, tx: Tx, new: NewRun) -> tuple[Run, bool]:
+        rows = await tx.fetch("insert_run", **self._insert_params(new))
+        if rows:
+            return Run.from_row(rows[0]), True
+        if new.idempotency_key is None:
+            # Only a fixed child id can collide: the child was started before.
+            existing = await tx.fetch("get_run", run_id=new.run_id)
+            return Run.from_row(existing[0]), False
+        existing = await tx.fetch(
+            "get_run_by_key",
+            namespace=self.namespace,
+            workflow=new.workflow,
+            idempotency_key=new.idempotency_key,
+        )
+        run = Run.from_row(existing[0])
+        # Equal inputs are equal whatever their keys' order (canonical JSON, SPEC §4.20).
+        if canonical(run.input) != canonical(decode(new.input_json)):
+            raise IdempotencyConflictError(
+                f"idempotency key {new.idempotency_key!r} already started run {run.run_id} "
+                f"of {new.workflow!r} with a different input; use another key"
+            )
+        return run, False
+
+    def _insert_params(self, new: NewRun) -> dict[str, Any]:
+        return dict(
+            id=new.run_id or uuid.uuid4().hex, namespace=self.namespace,
+            workflow=new.workflow, version=new.version, input=new.input_json,
+            idempotency_key=new.idempotency_key, max_attempts=new.max_attempts,
+            available_at=new.available_at, deadline_at=new.deadline_at,
+            parent_run_id=new.parent_run_id, trace_context=new.trace_context,
+            parent_close=new.parent_close, queue=new.queue,
+            concurrency_key=new.concurrency_key, priority=new.priority, channel=self.channel,
+        )  # fmt: skip
+
+    async def get_run(self, run_id: str) -> Run:
+        rows = await self.db.fetch("get_run", run_id=run_id)
+        if not rows:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        return Run.from_row(rows[0])
+
+    async def list_runs(
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        due_before: datetime | None = None,
+        offset: int = 0,
+        created_after: datetime | None = None,
+        queue: str | None = None,
+    ) -> list[Run]:
+        rows = await self.db.fetch(
+            "list_runs", status=status, workflow=workflow, limit=limit, due_before=due_before,
+            offset=offset, created_after=created_after, queue=queue,
+        )  # fmt: skip
+        return [Run.from_row(r) for r in rows]
+
+    async def list_stuck(self, limit: int, grace_s: float, alive_s: float) -> list[Run]:
+        rows = await self.db.fetch("list_stuck", limit=limit, grace_s=grace_s, alive_s=alive_s)
+        return [Run.from_row(r) for r in rows]
+
+    async def list_tables(self) -> list[str]:
+        rows = await self.db.fetch("list_tables", schema=self.db.schema)
+        return [r["name"] for r in rows]
+
+    async def metrics(self) -> list[Row]:
+        """(metric, label, value) rows for /metrics."""
+        return await self.db.fetch("metrics")
+
+    async def list_steps(self, run_id: str) -> list[StepAttempt]:
+        await self.get_run(run_id)
+        rows = await self.db.fetch("list_steps", run_id=run_id)
+        return [StepAttempt.from_row(r) for r in rows]
+
+    async def cancel(self, run_id: str, error: dict[str, Any]) -> Run:
+        # A cancel locks a whole tree; a run of it ending, or a record of it being written,
+        # may lock the same rows in another order: aborted, it is run again.
+        return await self.db.retrying(lambda: self._cancel(run_id, error), "cancel")
+
+    async def _cancel(self, run_id: str, error: dict[str, Any]) -> Run:
+        async with self.db.transaction() as tx:
+            # The whole tree is locked first, in id order (see `lock_tree`): a cancel and
+            # the end of a run of the tree never deadlock.
+            root = [r for r in await tx.fetch("lock_tree", run_id=run_id) if r["id"] == run_id]
+            if not root:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            if root[0]["status"] in ("completed", "failed", "canceled"):
+                raise RunTerminalError(run_id, root[0]["status"], "cancel")
+            canceled = await tx.fetch(
+                "cancel_tree", run_id=run_id, error=encode(error, "error"),
+                channel=self.channel, token=uuid.uuid4().hex,
+            )  # fmt: skip
+        for row in canceled:
+            self.db.notify_local(f"cancel:{row['id']}")
+        self.db.notify_local("run")
+        return await self.get_run(run_id)
+
+    # ----------------------------------------------------------------- worker side
+
+    async def claim(
+        self, worker_id: str, pairs: list[tuple[str, str]], limit: int, lease_s: float,
+        held: Sequence[str] = (),
+    ) -> list[Row]:  # fmt: skip
+        """Claim up to `limit` due runs of `pairs` in this store's namespace (unqueued, or
+        of a queue no worker declares), none of `held` (runs the worker still executes).
+        On PostgreSQL the claim may not be durable yet: see `confirm_claims`."""
+        return await self.db.fetch(
+            "claim",
+            namespace=self.namespace,
+            worker_id=worker_id,
+            workflows=[p[0] for p in pairs],
+            versions=[p[1] for p in pairs],
+            limit=limit,
+            lease=lease_s,
+            token=uuid.uuid4().hex,
+            held=list(held),
+        )
+
+    async def confirm_claims(
+        self, worker_id: str, fences: dict[str, int], lease_s: float
+    ) -> set[str]:
+        """Make the claims of `fences` (run id -> fence) durable; the ids still held.
+
+        A PostgreSQL claim commits without waiting for its WAL flush (see `claim`): a
+        heartbeat of its runs does, and its flush takes the claim's WAL with it (a statement
+        that writes nothing would commit without a flush). A claim a crash lost is not
+        found, nor one the lease was lost since. SQLite's claim is durable as it commits."""
+        if self.db.dialect == "sqlite":
+            return set(fences)
+        rows = await self.db.fetch(
+            "confirm_claims", worker_id=worker_id, ids=list(fences),
+            fences=list(fences.values()), lease=lease_s,
+        )  # fmt: skip
+        return {row["id"] for row in rows}
+
+    async def next_due(self, pairs: list[tuple[str, str]]) -> tuple[datetime | None, datetime]:
+        rows = await self.db.fetch(
+            "next_due", namespace=self.namespace, workflows=[p[0] for p in pairs],
+            versions=[p[1] for p in pairs],
+        )  # fmt: skip
+        return rows[0]["next_at"], rows[0]["db_now"]
+
+    async def heartbeat(
+        self, worker_id: str, held: dict[str, int], lease_s: float
+    ) -> dict[str, Row]:
+        """Renew every lease in `held`; for each run whose lease still holds, its `status`
+        and whether something asked to wake it (`wake_requested`)."""
+        rows = await self.db.fetch(
+            "heartbeat", worker_id=worker_id, ids=list(held), fences=list(held.values()),
+            lease=lease_s,
+        )  # fmt: skip
+        return {r["id"]: r for r in rows}
+
+    async def worker_seen(
+        self, worker_id: str, pairs: list[tuple[str, str]], concurrency: int
+    ) -> None:
+        await self.db.fetch(
+            "worker_seen", worker_id=worker_id, concurrency=concurrency,
+            workflows_json=encode([list(p) for p in pairs], "workflows"),
+        )  # fmt: skip
+
+    async def worker_gone(self, worker_id: str) -> None:
+        await self.db.fetch("worker_gone", worker_id=worker_id)
+
+    async def check_held(self, worker_id: str, held: dict[str, int]) -> dict[str, Row]:
+        """Of the runs in `held`, those this worker still owns (without renewing), with
+        their `status` and `wake_requested`."""
+        rows = await self.db.fetch(
+            "check_held", worker_id=worker_id, ids=list(held), fences=list(held.values())
+        )
+        return {r["id"]: r for r in rows}
+
+    async def record_start(
+        self,
+        lease: Lease,
+        position: int,
+        attempt: int,
+        step: str,
+        kind: str,
+        *,
+        tx: Tx | None = None,
+        signal: str | None = None,
+        child_run_id: str | None = None,
+        wait_s: float | None = None,
+    ) -> datetime | None:
+        """Record an attempt as running; for waits, the wake time (now + wait_s, DB clock)."""
+        params = dict(
+            lease.params(), position=position, attempt=attempt, step=step, kind=kind,
+            signal=signal, child_run_id=child_run_id, wait_s=wait_s,
+        )  # fmt: skip
+        rows = await (tx.fetch if tx else self.db.fetch)("record_start", **params)
+        if not rows:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id} before step {step!r}")
+        wake_at: datetime | None = rows[0]["wake_at"]
+        return wake_at
+
+    async def record_finish(self, lease: Lease, step: PendingStep, tx: Tx) -> None:
+        """Record an attempt's end in `tx`; LeaseLostError (nothing written) without a live
+        lease, or if the attempt was already recorded completed."""
+        rows = await tx.fetch("record_finish", **lease.params(), **step.params())
+        if not rows:
+            raise LeaseLostError(
+                f"lost the lease on run {lease.run_id}; the result of step {step.name!r} was "
+                "not recorded and another worker will run it"
+            )
+
+    async def record_many(
+        self, worker_id: str, items: list[tuple[Lease, PendingStep]]
+    ) -> dict[tuple[str, int, int], str]:
+        """Record step attempts of several runs in one statement, each under its own
+        lease; the (run, position, attempt) keys that were written, with their run's
+        status (a canceled run's worker may have missed the news)."""
+        batch = "[" + ",".join(step.batch_entry(lease) for lease, step in items) + "]"
+        rows = await self.db.fetch("record_many", worker_id=worker_id, batch=batch)
+        return {(r["run_id"], r["position"], r["attempt"]): r["run_status"] for r in rows}
+
+    async def start_child(
+        self, lease: Lease, position: int, attempt: int, step: str, new: NewRun,
+        timeout_s: float | None,
+    ) -> tuple[datetime | None, bool]:  # fmt: skip
+        """Start a child run and record the parent's wait for it; (the wait's timeout,
+        whether the child is new: an existing one may have ended already)."""
+        async with self.db.transaction() as tx:
+            await self.check_lease(tx, lease)
+            _, created = await self.insert_run(tx, new)
+            wake_at = await self.record_start(
+                lease, position, attempt, step, "child", tx=tx, child_run_id=new.run_id,
+                wait_s=timeout_s,
+            )  # fmt: skip
+        self.db.notify_local("run")
+        return wake_at, created
+
+    async def transact(
+        self, lease: Lease, lease_s: float, position: int, attempt: int, step: str, seq: int,
+        fn: Any, args: tuple[Any, ...], encode_result: Any,
+    ) -> str:  # fmt: skip
+        """`fn(conn, *args)`, the lease check and the step's record in one transaction;
+        the recorded output.
+
+        The run is not locked while `fn` runs (`body_lease`): the record at the end checks
+        the fence again, and the transaction (idle for `lease_s`) ends on the server.
+        If the connection fails at COMMIT, the transaction may have committed without
+        telling us: the record (same run, position and attempt) says which.
+        """
+        output: str | None = None
+        try:
+            async with self.db.transaction(pipelined=False) as tx:  # the body's connection
+                await self.check_lease(
+                    tx, lease, "body_lease", idle_ms=max(1, round(lease_s * 1000))
+                )
+                try:
+                    result = await tx.call(fn, *args)
+                except BaseException as exc:  # the body's own error, even a database one
+                    failure = user_failure(exc)  # even SystemExit; not a cancellation
+                    if isinstance(failure, Exception):
+                        raise _BodyFailed(failure) from exc
+                    raise
+                output = encode_result(result)
+                await self.record_finish(lease, PendingStep(
+                    position, attempt, step, "transaction", "completed", output_json=output,
+                    seq=seq,
+                ), tx)  # fmt: skip
+        except _BodyFailed as failed:
+            raise failed.error from failed.error.__cause__
+        except DatabaseUnavailable:
+            if output is None:
+                raise
+            row = await self.get_attempt(lease.run_id, position, attempt)
+            if row is None or row["status"] != "completed":
+                raise
+        assert output is not None
+        return output
+
+    async def check_lease(
+        self, tx: Tx, lease: Lease, query: str = "check_lease", **params: Any
+    ) -> datetime:
+        rows = await tx.fetch(query, **lease.params(), **params)
+        if not rows:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id}; nothing was committed")
+        return rows[0]["db_now"]  # type: ignore[no-any-return]
+
+    async def park(
+        self, lease: Lease, status: str, wake_at: datetime | None, waiting_for: str | None,
+        error: dict[str, Any] | None = None,
+    ) -> datetime | None:  # fmt: skip
+        rows = await self.db.fetch(
+            "park", **lease.params(), status=status, wake_at=wake_at, waiting_for=waiting_for,
+            error=encode(error, "error") if error else None,
+        )  # fmt: skip
+        if not rows:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id} while parking it")
+        return rows[0]["available_at"]  # type: ignore[no-any-return]
+
+    async def release(self, lease: Lease) -> None:
+        await self.db.fetch("release", **lease.params())
+        self.db.notify_local("run")
+
+    async def get_attempt(self, run_id: str, position: int, attempt: int) -> Row | None:
+        rows = await self.db.fetch("get_attempt", run_id=run_id, position=position, attempt=attempt)
+        return rows[0] if rows else None

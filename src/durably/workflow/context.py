@@ -1,0 +1,194 @@
+"""What workflow code and step bodies are handed: `WorkflowContext` and `StepContext`."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
+
+if TYPE_CHECKING:
+    from .steps import StepApi
+
+T = TypeVar("T")
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+T5 = TypeVar("T5")
+T6 = TypeVar("T6")
+
+
+class Fence(NamedTuple):
+    """A run's fencing token: strictly increasing with every claim of the run.
+
+    Pass it to systems outside the database and have them refuse a token lower than the
+    highest they have seen; that keeps a worker that lost its lease from acting.
+    """
+
+    run_id: str
+    fence: int
+
+
+@dataclass(eq=False)
+class StepContext:
+    """Handed to a step body that declares it as its first parameter.
+
+    Example:
+        ```python
+        def copy(ctx: StepContext, src: str, dst: str) -> str:
+            for chunk in chunks(src):
+                ctx.raise_if_cancelled()
+                ...
+        ```
+    """
+
+    run_id: str
+    step: str
+    attempt: int
+    fence: Fence
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _heartbeat: Callable[[], Coroutine[Any, Any, None]] | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def raise_if_cancelled(self) -> None:
+        """Raise `asyncio.CancelledError` if the run was canceled or its lease was lost."""
+        if self.cancelled.is_set():
+            raise asyncio.CancelledError(f"step {self.step!r} of run {self.run_id} was cancelled")
+
+    def heartbeat(self) -> None:
+        """Renew the run's lease now (a long step may call this between chunks of work)."""
+        if self._heartbeat is None or self._loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._loop.create_task(self._heartbeat())
+        else:
+            asyncio.run_coroutine_threadsafe(self._heartbeat(), self._loop).result(timeout=30)
+
+
+@dataclass
+class WorkflowContext:
+    """Handed to a workflow function as its first argument.
+
+    Workflow code runs on a deterministic loop of the engine's own: `asyncio.gather`,
+    `asyncio.wait` and tasks replay exactly, timers and I/O are refused (use steps).
+
+    Attributes:
+        run_id: the run being executed.
+        workflow: the workflow's name.
+        version: the workflow's version.
+        attempt: the workflow attempt (1 until a workflow-level retry).
+        step: the durable step API (`run`, `sleep`, `wait_for_signal`, `transaction`,
+            `run_workflow`, `start_workflow`, `send_signal`).
+    """
+
+    run_id: str
+    workflow: str
+    version: str
+    attempt: int
+    step: StepApi
+    input: Any = None
+
+    def patched(self, patch_id: str) -> Awaitable[bool]:
+        """Whether this run takes the code path added by patch `patch_id`: True for a run
+        that reaches this point for the first time (an old run too, once it gets here
+        after the deploy), False when replaying history recorded before the patch.
+
+        Example:
+            ```python
+            if await ctx.patched("new-copy"):
+                await ctx.step.run("copy-v2", copy_v2, order)
+            else:
+                await ctx.step.run("copy", copy, order)
+            ```
+        """
+        from .patching import patched
+
+        return patched(self.step, patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> Awaitable[None]:
+        """Once no run takes the old path of `patch_id`: keep only the new code, call this
+        where `patched(patch_id)` was, and runs that recorded the patch still replay. It
+        takes effect at the call (awaiting it is allowed, not needed)."""
+        from .patching import deprecate_patch
+
+        return deprecate_patch(self.step, patch_id)
+
+    # Typed as `asyncio.gather` is: a tuple per position for up to six awaitables, a
+    # list of one type for more (the value is a list either way, as asyncio's is).
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], /, *, return_exceptions: Literal[False] = False
+    ) -> tuple[T1]: ...
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], /, *,
+        return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], /, *,
+        return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2, T3]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4], /, *,
+        return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2, T3, T4]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4],
+        a5: Awaitable[T5], /, *, return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2, T3, T4, T5]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4],
+        a5: Awaitable[T5], a6: Awaitable[T6], /, *, return_exceptions: Literal[False] = False,
+    ) -> tuple[T1, T2, T3, T4, T5, T6]: ...  # fmt: skip
+
+    @overload
+    async def gather(
+        self, *aws: Awaitable[T], return_exceptions: Literal[False] = False
+    ) -> list[T]: ...
+
+    @overload
+    async def gather(
+        self, *aws: Awaitable[T], return_exceptions: Literal[True]
+    ) -> list[T | BaseException]: ...
+
+    async def gather(self, *aws: Awaitable[Any], return_exceptions: bool = False) -> Any:
+        """Await steps (or branches of steps) concurrently; their results in order.
+
+        Example:
+            ```python
+            sub, size = await ctx.gather(ctx.step.run("submit", submit, order),
+                                         ctx.step.run("measure", measure, order))
+            ```
+
+        Type checkers see a tuple with each awaitable's type for up to six of them and a
+        `list[T]` for more; at run time it is a list, as `asyncio.gather`'s is.
+        """
+        return list(await asyncio.gather(*aws, return_exceptions=return_exceptions))
+
+    async def wait_first(self, *aws: Awaitable[T]) -> tuple[int, T]:
+        """Wait for the first of `aws` to finish: (its index, its result).
+
+        "First" is the first in the run's log, so a replay picks the same one. The others
+        stop being awaited (steps already running still finish and are recorded).
+        """
+        tasks = [asyncio.ensure_future(aw) for aw in aws]
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        index = next(i for i, task in enumerate(tasks) if task in done)
+        return index, tasks[index].result()

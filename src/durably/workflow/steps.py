@@ -1,0 +1,310 @@
+"""The durable step API a workflow sees as `ctx.step`.
+
+Each method issues a command at once (it takes the workflow's next position, checked
+against history) and returns an awaitable of its result. The engine runs the command
+(`_commands`) and delivers its result in log order (`_execution`). A step that is issued
+but never awaited fails the run ("did you forget await?") as soon as its awaitable is
+dropped, before anything issued after it starts; a step method called from inside a step
+body fails it too. A child handle (`start_workflow`) may be left alone on purpose.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, overload
+
+from ..core.codec import encode
+from ..core.durations import Duration, seconds_of
+from ..core.retry import STEP_DEFAULT, RetryPolicy
+from ..execution import steps as c
+from ..execution import waits as w
+from ..execution.events import run_set_event
+from ..execution.steps import Body, Command, StepCall, signature
+from ..store.sends import check_signal_name
+from .context import StepContext
+
+if TYPE_CHECKING:
+    from ..execution.execution import Execution
+    from .definition import Workflow
+
+Ts = TypeVarTuple("Ts")
+R = TypeVar("R")
+Conn = TypeVar("Conn")  # the driver connection a transaction body receives
+In = TypeVar("In")
+Out = TypeVar("Out")
+Out_co = TypeVar("Out_co", covariant=True)
+
+
+class ChildHandle(Generic[Out_co]):
+    """A child run started with `ctx.step.start_workflow`; await it for its result."""
+
+    def __init__(self, run_id: str, call: StepCall[Out_co], cmd: Command) -> None:
+        self._run_id = run_id
+        self._call = call
+        self._cmd = cmd
+
+    @property
+    def run_id(self) -> str:
+        """The child's run id. Known at the call: the child at this position, the one an
+        earlier attempt of the parent started included; only where a later attempt calls
+        with another workflow or input (a new child) is it the new one's once started."""
+        return self._cmd.child_run_id or self._run_id
+
+    def __await__(self) -> Generator[Any, None, Out_co]:
+        return self._call.__await__()
+
+    async def result(self) -> Out_co:
+        """The child's result (ChildWorkflowError if it failed, WorkflowTimeoutError)."""
+        return await self._call
+
+
+class StepApi:
+    """Durable steps: each call is recorded once and replayed from history afterwards."""
+
+    def __init__(self, execution: Execution) -> None:
+        self._x = execution
+
+    def _issue(
+        self, name: str, kind: str, lifecycle: Callable[..., Any], *,
+        result_type: Any = Any, compensate: Callable[..., Any] | None = None,
+        signal: str | None = None,
+    ) -> Command:  # fmt: skip
+        x = self._x
+
+        def make(position: int) -> Command:
+            return Command(
+                position, name, kind, x.loop.create_future(), None, lifecycle,
+                result_type=result_type, compensate=compensate, signal=signal,
+            )  # fmt: skip
+
+        return x.issue(make, name, kind)
+
+    # ---------------------------------------------------------------- function steps
+
+    # A body may take a `StepContext` first (the engine passes it), and may be sync or
+    # async; the overloads keep its positional parameters and its result type for the
+    # caller. A TypeVarTuple, not a ParamSpec: PEP 612 allows no keyword-only options
+    # (`retry=`, `timeout=`) between `*args: P.args` and `**kwargs: P.kwargs`.
+    @overload
+    def run(
+        self, name: str, fn: Callable[[StepContext, *Ts], Awaitable[R]],
+        *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
+        **kwargs: Any,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    @overload
+    def run(
+        self, name: str, fn: Callable[[StepContext, *Ts], R],
+        *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
+        **kwargs: Any,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    @overload
+    def run(
+        self, name: str, fn: Callable[[*Ts], Awaitable[R]],
+        *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
+        **kwargs: Any,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    @overload
+    def run(
+        self, name: str, fn: Callable[[*Ts], R],
+        *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
+        **kwargs: Any,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    def run(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: *Ts,
+        retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None,
+        timeout: Duration | None = None,
+        **kwargs: Any,
+    ) -> StepCall[Any]:
+        """Run `fn(*args, **kwargs)` once as step `name`; its result is recorded and replayed.
+
+        Args:
+            name: the step's name; checked against history on replay.
+            fn: sync or async; sync bodies run in a thread. A first parameter annotated
+                `StepContext` receives one.
+            retry: the step's retry policy (default: 10 attempts, 1 s doubling to 100 s).
+            compensate: `undo(result)` run once if the run is canceled or fails for good.
+            timeout: cancel an attempt that runs longer (`StepTimeout`, retried by policy).
+
+        A type checker holds `*args` to `fn`'s positional parameters and gives the call
+        `fn`'s return type; the result is also validated into that annotation at run
+        time. Keyword arguments pass through unchecked (for a required keyword-only
+        parameter, use `functools.partial`).
+        """
+        sig = signature(fn)
+        body = Body(
+            fn, args, kwargs, retry or STEP_DEFAULT, _seconds(timeout, f"step {name!r}"), sig
+        )
+        lifecycle = functools.partial(c.run_function, body=body)
+        cmd = self._issue(name, "function", lifecycle, result_type=sig[1], compensate=compensate)
+        return StepCall(cmd)
+
+    @overload
+    def transaction(
+        self, name: str, fn: Callable[[Conn, *Ts], Awaitable[R]], *args: *Ts,
+        retry: RetryPolicy | None = None,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    @overload
+    def transaction(
+        self, name: str, fn: Callable[[Conn, *Ts], R], *args: *Ts,
+        retry: RetryPolicy | None = None,
+    ) -> StepCall[R]: ...  # fmt: skip
+
+    def transaction(
+        self, name: str, fn: Callable[..., Any], *args: *Ts, retry: RetryPolicy | None = None
+    ) -> StepCall[Any]:
+        """Run `fn(conn, *args)` in one database transaction with the step's record.
+
+        The lease is checked (same worker, same fence) in that transaction and held until it
+        commits, so either the business writes and the step result commit together or
+        neither does. `conn` is a psycopg `AsyncConnection` on PostgreSQL (write
+        `async def fn`) and a `sqlite3.Connection` on SQLite. The result is validated into
+        `fn`'s return annotation, as a `run` step's is.
+        """
+        body = Body(fn, args, {}, retry or STEP_DEFAULT)
+        lifecycle = functools.partial(c.run_transaction, body=body)
+        cmd = self._issue(name, "transaction", lifecycle, result_type=signature(fn)[1])
+        return StepCall(cmd)
+
+    # ---------------------------------------------------------------- waits
+
+    def sleep(self, name: str, duration: Duration) -> StepCall[None]:
+        """Sleep durably: the run parks and no worker is held until `duration` has passed."""
+        seconds = seconds_of(duration, f"step {name!r}")
+        lifecycle = functools.partial(w.run_sleep, seconds=seconds)
+        return StepCall(self._issue(name, "sleep", lifecycle))
+
+    def wait_for_signal(
+        self, signal: str, *, timeout: Duration | None = None, name: str | None = None
+    ) -> StepCall[Any]:
+        """Wait durably for signal `signal`; its data, or None once `timeout` has passed.
+
+        A signal sent before this wait began was buffered and is received at once.
+        """
+        check_signal_name(signal)
+        wait_s = _seconds(timeout, f"the wait for signal {signal!r}")
+        lifecycle = functools.partial(w.run_signal_wait, signal=signal, timeout=wait_s)
+        return StepCall(self._issue(name or signal, "signal-wait", lifecycle, signal=signal))
+
+    def send_signal(
+        self, signal: str, data: Any = None, *, idempotency_key: str | None = None,
+        run_id: str | None = None, name: str | None = None, expires: Duration | None = None,
+    ) -> StepCall[dict[str, Any]]:  # fmt: skip
+        """Send a signal once, as a recorded step; the §4.3 result. A buffered signal past
+        `expires` is never delivered (as `Durably.send_signal`)."""
+        check_signal_name(signal)
+        data_json = encode(data, f"the data of signal {signal!r}", self._x.max_payload)
+        lifecycle = functools.partial(
+            w.run_send_signal,
+            signal=signal,
+            data_json=data_json,
+            key=idempotency_key,
+            run_id=run_id,
+            expires_s=_seconds(expires, f"the expiry of signal {signal!r}"),
+        )
+        return StepCall(self._issue(name or f"send:{signal}", "signal-send", lifecycle))
+
+    # ---------------------------------------------------------------- events
+
+    def set_event(self, key: str, value: Any) -> StepCall[None]:
+        """Publish `value` as the run's event `key` (durable; the latest value wins).
+        Clients read it with `Durably.get_event(run_id, key)`, which waits for the first.
+        """
+        value_json = self._x.encode(value, f"the value of event {key!r}")
+        lifecycle = functools.partial(run_set_event, value_json=value_json)
+        return StepCall(self._issue(key, "event", lifecycle))
+
+    # ---------------------------------------------------------------- children
+
+    @overload
+    def run_workflow(
+        self, workflow: Workflow[None, Out], input: None = None, *,
+        timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
+    ) -> StepCall[Out]: ...  # fmt: skip
+
+    @overload
+    def run_workflow(
+        self, workflow: Workflow[In, Out], input: In, *, timeout: Duration | None = None,
+        name: str | None = None, on_parent_close: str = "cancel",
+    ) -> StepCall[Out]: ...  # fmt: skip
+
+    def run_workflow(
+        self, workflow: Workflow[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        name: str | None = None, on_parent_close: str = "cancel",
+    ) -> StepCall[Any]:  # fmt: skip
+        """Start `workflow` as a child and wait durably for its result.
+
+        Args:
+            on_parent_close: "cancel" (default) cancels the child when this run ends
+                (cancel, deadline, failure) before it; "abandon" lets it run on.
+
+        Raises:
+            ChildWorkflowError: the child failed or was canceled.
+            WorkflowTimeoutError: `timeout` passed first (the child is canceled).
+
+        The result is validated into the child workflow's return annotation.
+        """
+        return self._child(workflow, input, timeout, name, on_parent_close)._call
+
+    @overload
+    def start_workflow(
+        self, workflow: Workflow[None, Out], input: None = None, *,
+        timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
+    ) -> ChildHandle[Out]: ...  # fmt: skip
+
+    @overload
+    def start_workflow(
+        self, workflow: Workflow[In, Out], input: In, *, timeout: Duration | None = None,
+        name: str | None = None, on_parent_close: str = "cancel",
+    ) -> ChildHandle[Out]: ...  # fmt: skip
+
+    def start_workflow(
+        self, workflow: Workflow[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        name: str | None = None, on_parent_close: str = "cancel",
+    ) -> ChildHandle[Any]:  # fmt: skip
+        """Start `workflow` as a child now; await the returned handle for its result later.
+
+        Children started in one pass of the workflow (e.g. a loop, or `gather`) all start
+        at once.
+        """
+        handle = self._child(workflow, input, timeout, name, on_parent_close)
+        handle._call._cmd.awaited = True  # a handle may be left alone on purpose
+        return handle
+
+    def _child(
+        self, workflow: Workflow[Any, Any], input: Any, timeout: Duration | None,
+        name: str | None, on_parent_close: str,
+    ) -> ChildHandle[Any]:  # fmt: skip
+        if on_parent_close not in ("cancel", "abandon"):
+            raise ValueError("on_parent_close must be 'cancel' or 'abandon'")
+        lifecycle = functools.partial(
+            w.run_child, workflow=workflow, input=input,
+            timeout=_seconds(timeout, f"the timeout of child {name or workflow.name!r}"),
+            on_parent_close=on_parent_close,
+        )  # fmt: skip
+        result_type = Any if workflow.output_type is type(None) else workflow.output_type
+        cmd = self._issue(
+            name or f"child:{workflow.name}", "child", lifecycle, result_type=result_type
+        )
+        rec = cmd.recorded
+        child_id = (rec.child_run_id if rec is not None else None) or (
+            self._x.history.child_at(cmd.position) or w.child_run_id(self._x.run_id, cmd.position)
+        )
+        return ChildHandle(child_id, StepCall(cmd), cmd)
+
+
+def _seconds(duration: Duration | None, what: str) -> float | None:
+    return seconds_of(duration, what) if duration is not None else None
