@@ -15,7 +15,9 @@ Example:
 """
 
 from .client.app import Durably
+from .client.handle import RunHandle
 from .client.sync import SyncDurably
+from .client.workflow import Workflow
 from .core.durations import parse_duration
 from .core.errors import (
     ChildWorkflowError,
@@ -42,10 +44,9 @@ from .core.errors import (
 )
 from .core.retry import RetryPolicy
 from .store.models import Run, StepAttempt
-from .store.queues import Queue
 from .worker.worker import Worker
 from .workflow.context import Fence, StepContext, WorkflowContext
-from .workflow.definition import RunHandle, Workflow
+from .workflow.queue import Queue
 from .workflow.steps import ChildHandle
 from .workflow.syncsteps import SyncChildHandle, SyncStepApi, SyncWorkflowContext
 

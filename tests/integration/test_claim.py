@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from durably import Durably, Workflow
-from durably.store.queues import Claimer, QueueClaims
+from durably.store.queues import QueueClaims
+from durably.worker.claimer import Claimer
 from tests.helpers import scaled
 
 SERVED = [("a", "v1"), ("b", "v1")]

@@ -9,7 +9,9 @@ import pytest
 
 from durably import Durably
 from durably.core.errors import ConfigurationError, InvalidInput
-from durably.store.queues import Claimer, QueueClaims, parse_rate
+from durably.store.queues import QueueClaims
+from durably.worker.claimer import Claimer
+from durably.workflow.queue import parse_rate
 from tests.helpers import eventually, scaled
 
 PAIR = [("job", "v1")]

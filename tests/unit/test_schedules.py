@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from durably import ConfigurationError, Durably, InvalidInput
-from durably.store.queues import parse_rate
-from durably.worker.scheduler import Schedule, tick_key
+from durably.workflow.queue import parse_rate
+from durably.workflow.schedule import Schedule, tick_key
 
 
 def test_next_ticks() -> None:

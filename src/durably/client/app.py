@@ -19,13 +19,15 @@ from ..core.errors import ConfigurationError, WorkflowNotFound
 from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
 from ..store.endwatch import EndWatch
 from ..store.models import Run, StepAttempt
-from ..store.queues import Queue
 from ..store.records import NewRun
 from ..store.sends import check_signal_name
 from ..store.store import Store
-from ..worker.scheduler import Schedule
-from ..workflow.definition import RunHandle, Workflow, WorkflowFn
+from ..workflow.definition import WorkflowFn
+from ..workflow.queue import Queue
+from ..workflow.schedule import Schedule
+from .handle import RunHandle
 from .operating import OperatingApi
+from .workflow import Workflow
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

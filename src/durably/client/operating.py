@@ -18,7 +18,8 @@ from ..store.records import NewRun
 if TYPE_CHECKING:
     from ..store.endwatch import EndWatch
     from ..store.store import Store
-    from ..workflow.definition import RunHandle, Workflow
+    from .handle import RunHandle
+    from .workflow import Workflow
 
 
 class OperatingApi:

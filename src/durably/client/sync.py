@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
-from ..workflow.definition import RunHandle
 from .app import Durably
+from .handle import RunHandle
 
 if TYPE_CHECKING:
     from ..store.models import Run

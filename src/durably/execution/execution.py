@@ -56,7 +56,7 @@ from .runlog import Outcome, RunLog, Stop
 from .steps import Command, error_for, never_awaited, run_compensation
 
 if TYPE_CHECKING:
-    from ..workflow.definition import Workflow
+    from ..workflow.definition import Definition
 
 log = logging.getLogger("durably.worker")
 
@@ -67,7 +67,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
     def __init__(
         self,
         store: Store,
-        workflow: Workflow[Any, Any],
+        workflow: Definition[Any, Any],
         row: Row,
         worker_id: str,
         clock: Clock,

@@ -20,7 +20,7 @@ from ..store.records import NewRun, PendingStep
 from .steps import Command, Wait, child_error
 
 if TYPE_CHECKING:
-    from ..workflow.definition import Workflow
+    from ..workflow.definition import Definition
     from .execution import Execution
 
 CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
@@ -144,7 +144,7 @@ async def run_send_signal(
 
 
 async def run_child(
-    x: Execution, cmd: Command, workflow: Workflow[Any, Any], input: Any, timeout: float | None,
+    x: Execution, cmd: Command, workflow: Definition[Any, Any], input: Any, timeout: float | None,
     on_parent_close: str,
 ) -> None:  # fmt: skip
     rec = cmd.recorded
@@ -155,7 +155,7 @@ async def run_child(
     attempt = x.new_attempt(cmd.position)
     try:
         new = workflow.new_run(
-            input, parent_run_id=x.run_id, parent_close=on_parent_close,
+            input, max_payload=x.max_payload, parent_run_id=x.run_id, parent_close=on_parent_close,
             run_id=earlier or child_run_id(x.run_id, cmd.position),
         )  # fmt: skip
     except InvalidInput as exc:

@@ -26,7 +26,7 @@ from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
 
 if TYPE_CHECKING:
     from ..client.app import Durably
-    from ..workflow.definition import Workflow
+    from ..workflow.definition import Definition
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def replay(app: Durably, history: dict[str, Any] | str) -> ReplayReport:
 
 
 def _start(
-    wf: Workflow[Any, Any], replayer: _Replayer, run: dict[str, Any]
+    wf: Definition[Any, Any], replayer: _Replayer, run: dict[str, Any]
 ) -> tuple[asyncio.Task[Any], SyncDriver | None]:
     """The workflow's main task on the replayer's loop (and a sync workflow's driver)."""
     steps = StepApi(replayer)  # type: ignore[arg-type]

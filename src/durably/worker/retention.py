@@ -12,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 from ..core.errors import DatabaseUnavailable
 from ..store.models import TERMINAL
-
-if TYPE_CHECKING:
-    from .worker import Worker
+from ..store.operations import Operations
+from .host import Host
 
 log = logging.getLogger("durably.worker")
 JOB = "retention"
@@ -29,22 +27,21 @@ def interval(keep_s: float) -> float:
     return min(max(keep_s / 4, 1.0), 3600.0)
 
 
-def start(worker: Worker, stopping: asyncio.Event) -> asyncio.Task[None] | None:
-    """The worker's retention task, if the app keeps finished runs for a limited time."""
-    if worker.app.retention is None:
+def start(app: Host, worker_id: str, stopping: asyncio.Event) -> asyncio.Task[None] | None:
+    """A worker's retention task, if the app keeps finished runs for a limited time."""
+    if app.retention is None:
         return None
-    return asyncio.create_task(_loop(worker, stopping), name="durably-retention")
+    keep_s = app.retention.total_seconds()
+    return asyncio.create_task(_loop(app, worker_id, keep_s, stopping), name="durably-retention")
 
 
-async def _loop(worker: Worker, stopping: asyncio.Event) -> None:
-    assert worker.app.retention is not None
-    keep_s = worker.app.retention.total_seconds()
+async def _loop(app: Host, worker_id: str, keep_s: float, stopping: asyncio.Event) -> None:
     every = interval(keep_s)
-    ops = worker.app.operations
-    job = f"{JOB}:{worker.app.namespace}"
+    ops = Operations(app.store)
+    job = f"{JOB}:{app.namespace}"
     while not stopping.is_set():
         try:
-            if await ops.take_maintenance(job, worker.worker_id, every):
+            if await ops.take_maintenance(job, worker_id, every):
                 done = await ops.purge(keep_s, sorted(TERMINAL))
                 if done["runs"] or done["signals"]:
                     log.info("retention: purged %d runs and %d signals finished over %gs ago",

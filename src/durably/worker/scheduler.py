@@ -13,64 +13,23 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Any
 
-from cronsim import CronSim, CronSimError
-
-from ..core.errors import ConfigurationError, DatabaseUnavailable
-
-if TYPE_CHECKING:
-    from ..client.app import Durably
-    from ..workflow.definition import Workflow
+from ..core.errors import DatabaseUnavailable
+from ..store.ticks import Ticks
+from ..workflow.definition import Definition
+from ..workflow.schedule import tick_key
+from .host import Host
 
 log = logging.getLogger("durably.schedules")
 MAX_BACKFILL = 1000
 
 
-@dataclass(frozen=True)
-class Schedule:
-    """A cron expression (5 fields, or 6 with seconds first) read in time zone `tz`."""
-
-    cron: str
-    tz: str = "UTC"
-    backfill: bool = False
-
-    def __post_init__(self) -> None:
-        try:
-            zone = ZoneInfo(self.tz)
-        except (ZoneInfoNotFoundError, ValueError, TypeError):
-            raise ConfigurationError(
-                f"unknown time zone {self.tz!r}: use an IANA name like 'UTC' or 'Europe/Paris'"
-            ) from None
-        try:
-            CronSim(self.cron, datetime.now(zone))
-        except (CronSimError, TypeError, AttributeError) as exc:
-            raise ConfigurationError(
-                f"invalid schedule {self.cron!r}: {exc} (write cron like '*/5 * * * *', or "
-                "6 fields with seconds first)"
-            ) from None
-
-    def after(self, instant: datetime) -> datetime:
-        """The first tick strictly after `instant`, in UTC."""
-        tick = next(CronSim(self.cron, instant.astimezone(ZoneInfo(self.tz))))
-        return tick.astimezone(UTC)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schedule": self.cron, "tz": self.tz, "backfill": self.backfill}
-
-
-def tick_key(workflow: str, tick: datetime) -> str:
-    """The idempotency key of the run of `tick`."""
-    return f"schedule:{workflow}:{tick.astimezone(UTC).isoformat()}"
-
-
 class Scheduler:
     """Starts the runs of the app's scheduled workflows, tick by tick, until cancelled."""
 
-    def __init__(self, app: Durably, workflows: list[Workflow[Any, Any]]) -> None:
+    def __init__(self, app: Host, workflows: list[Definition[Any, Any]]) -> None:
         self.app = app
         self.workflows = workflows
 
@@ -87,7 +46,7 @@ class Scheduler:
             raise
 
     async def _run(self) -> None:
-        pending: dict[Workflow[Any, Any], collections.deque[datetime]] = {}
+        pending: dict[Definition[Any, Any], collections.deque[datetime]] = {}
         for wf in self.workflows:
             pending[wf] = await self._retrying(self._first_ticks, wf)
         while True:
@@ -112,7 +71,7 @@ class Scheduler:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def _first_ticks(self, wf: Workflow[Any, Any]) -> collections.deque[datetime]:
+    async def _first_ticks(self, wf: Definition[Any, Any]) -> collections.deque[datetime]:
         """The ticks to start first: the next one, or (backfill) every one since the
         last recorded, up to now, and the next."""
         assert wf.schedule is not None
@@ -120,10 +79,7 @@ class Scheduler:
         ticks: collections.deque[datetime] = collections.deque(maxlen=MAX_BACKFILL)
         if wf.schedule.backfill:
             await self.app.open()
-            rows = await self.app.store.db.fetch(
-                "schedule_last_tick", namespace=self.app.namespace, workflow=wf.name
-            )
-            last = _instant(rows[0]["last_tick"]) if rows else None
+            last = await Ticks(self.app.store).last(wf.name)
             tick = wf.schedule.after(last) if last is not None else now
             while last is not None and tick <= now:
                 ticks.append(tick)
@@ -133,35 +89,25 @@ class Scheduler:
             ticks.append(next_tick)
         return collections.deque(ticks)
 
-    async def _fire(self, wf: Workflow[Any, Any], tick: datetime) -> None:
+    async def _fire(self, wf: Definition[Any, Any], tick: datetime) -> None:
         assert wf.schedule is not None
         at = tick.astimezone(UTC).isoformat()
         try:
-            handle = await wf.start(
+            new = wf.new_run(
                 {"scheduled_at": at} if wf.takes_input else None,
-                idempotency_key=tick_key(wf.name, tick),
-            )
+                max_payload=self.app.max_payload, idempotency_key=tick_key(wf.name, tick),
+            )  # fmt: skip
+            run, _ = await self.app.create_run(new)
         except DatabaseUnavailable:
             raise
         except Exception:
             log.exception("schedule of %s: could not start the run of %s", wf.name, at)
             return
-        await self.app.store.db.fetch(
-            "schedule_ticked", namespace=self.app.namespace, workflow=wf.name,
-            schedule=wf.schedule.cron, tz=wf.schedule.tz, tick=tick,
-        )  # fmt: skip
-        log.debug("schedule of %s: run %s for %s", wf.name, handle.run_id, at)
+        await Ticks(self.app.store).ticked(wf.name, wf.schedule.cron, wf.schedule.tz, tick)
+        log.debug("schedule of %s: run %s for %s", wf.name, run.run_id, at)
 
 
-def _instant(value: Any) -> datetime | None:
-    """A stored time (SQLite keeps Unix seconds under a name the connector does not
-    convert)."""
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromtimestamp(float(value), UTC)
-
-
-def next_ticks(app: Durably) -> list[dict[str, Any]]:
+def next_ticks(app: Host) -> list[dict[str, Any]]:
     """`[{"workflow", "version", "schedule", "tz", "backfill", "next_at"}]` of the app's
     scheduled workflows, by the clock now."""
     now = datetime.fromtimestamp(app.clock.time(), UTC)

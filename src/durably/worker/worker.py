@@ -17,7 +17,6 @@ import signal
 import socket
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from ..backends import Row
 from ..core.durations import Duration, parse_duration
@@ -26,14 +25,14 @@ from ..execution.execution import Execution
 from ..execution.lifecycles import SETTLE_S
 from ..execution.runlog import Stop
 from ..store.confirm import ClaimConfirmation
-from ..store.queues import Claimer, Queue, QueueClaims
+from ..store.queues import QueueClaims
 from ..store.recorder import StepRecorder
+from ..workflow.queue import Queue
 from . import retention as _retention
+from .claimer import Claimer
+from .host import Host
 from .scheduler import Scheduler
 from .watchdog import LoopWatchdog
-
-if TYPE_CHECKING:
-    from ..client.app import Durably
 
 log = logging.getLogger("durably.worker")
 
@@ -43,7 +42,7 @@ class Worker:
 
     def __init__(
         self,
-        app: Durably,
+        app: Host,
         concurrency: int = 10,
         lease: Duration = "30s",
         heartbeat: Duration = "10s",
@@ -135,7 +134,7 @@ class Worker:
         if scheduled and not self._stopping.is_set():
             scheduler = asyncio.create_task(Scheduler(self.app, scheduled).run(),
                                             name="durably-schedules")  # fmt: skip
-        housekeeping = _retention.start(self, self._stopping)
+        housekeeping = _retention.start(self.app, self.worker_id, self._stopping)
         watchdog = LoopWatchdog(loop, threshold=max(1.0, min(5.0, self.heartbeat_s)))
         watchdog.start()
         log.info("worker %s started (%d slots)", self.worker_id, self.concurrency)

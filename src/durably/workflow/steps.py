@@ -26,7 +26,7 @@ from .context import StepContext
 
 if TYPE_CHECKING:
     from ..execution.execution import Execution
-    from .definition import Workflow
+    from .definition import Definition
 
 Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
@@ -231,18 +231,18 @@ class StepApi:
 
     @overload
     def run_workflow(
-        self, workflow: Workflow[None, Out], input: None = None, *,
+        self, workflow: Definition[None, Out], input: None = None, *,
         timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
     ) -> StepCall[Out]: ...  # fmt: skip
 
     @overload
     def run_workflow(
-        self, workflow: Workflow[In, Out], input: In, *, timeout: Duration | None = None,
+        self, workflow: Definition[In, Out], input: In, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> StepCall[Out]: ...  # fmt: skip
 
     def run_workflow(
-        self, workflow: Workflow[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> StepCall[Any]:  # fmt: skip
         """Start `workflow` as a child and wait durably for its result.
@@ -261,18 +261,18 @@ class StepApi:
 
     @overload
     def start_workflow(
-        self, workflow: Workflow[None, Out], input: None = None, *,
+        self, workflow: Definition[None, Out], input: None = None, *,
         timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
     ) -> ChildHandle[Out]: ...  # fmt: skip
 
     @overload
     def start_workflow(
-        self, workflow: Workflow[In, Out], input: In, *, timeout: Duration | None = None,
+        self, workflow: Definition[In, Out], input: In, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> ChildHandle[Out]: ...  # fmt: skip
 
     def start_workflow(
-        self, workflow: Workflow[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> ChildHandle[Any]:  # fmt: skip
         """Start `workflow` as a child now; await the returned handle for its result later.
@@ -285,7 +285,7 @@ class StepApi:
         return handle
 
     def _child(
-        self, workflow: Workflow[Any, Any], input: Any, timeout: Duration | None,
+        self, workflow: Definition[Any, Any], input: Any, timeout: Duration | None,
         name: str | None, on_parent_close: str,
     ) -> ChildHandle[Any]:  # fmt: skip
         if on_parent_close not in ("cancel", "abandon"):

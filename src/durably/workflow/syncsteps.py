@@ -20,7 +20,7 @@ from .steps import ChildHandle, StepApi
 from .syncflow import SyncDriver
 
 if TYPE_CHECKING:
-    from .definition import Workflow
+    from .definition import Definition
 
 Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
@@ -163,18 +163,18 @@ class SyncStepApi:
 
     @overload
     def run_workflow(
-        self, workflow: Workflow[None, Out], input: None = None, *,
+        self, workflow: Definition[None, Out], input: None = None, *,
         timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
     ) -> Out: ...  # fmt: skip
 
     @overload
     def run_workflow(
-        self, workflow: Workflow[In, Out], input: In, *, timeout: Duration | None = None,
+        self, workflow: Definition[In, Out], input: In, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> Out: ...  # fmt: skip
 
     def run_workflow(
-        self, workflow: Workflow[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> Any:  # fmt: skip
         """Start `workflow` as a child and wait durably for its result (see
@@ -188,18 +188,18 @@ class SyncStepApi:
 
     @overload
     def start_workflow(
-        self, workflow: Workflow[None, Out], input: None = None, *,
+        self, workflow: Definition[None, Out], input: None = None, *,
         timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
     ) -> SyncChildHandle[Out]: ...  # fmt: skip
 
     @overload
     def start_workflow(
-        self, workflow: Workflow[In, Out], input: In, *, timeout: Duration | None = None,
+        self, workflow: Definition[In, Out], input: In, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> SyncChildHandle[Out]: ...  # fmt: skip
 
     def start_workflow(
-        self, workflow: Workflow[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Duration | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> SyncChildHandle[Any]:  # fmt: skip
         """Start `workflow` as a child now; `handle.result()` waits for it later.

@@ -1,0 +1,116 @@
+"""`RunHandle`: a started run, to ask its status, wait for its result, cancel it; and
+`Client`, what a handle (and a workflow bound to an app) needs of the app."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Protocol, TypeVar
+
+from ..core.clock import Clock
+from ..core.codec import validate
+from ..core.durations import Duration, parse_duration
+from ..core.errors import RunFailedError, WorkflowTimeoutError
+from ..core.limits import TimeUp, within
+from ..store.endwatch import EndWatch
+from ..store.models import Run
+from ..store.records import NewRun
+
+Out = TypeVar("Out", covariant=True)
+
+
+class Client(Protocol):
+    """The app as its handles and workflows use it (`Durably` is one)."""
+
+    clock: Clock
+    max_payload: int
+    end_watch: EndWatch
+
+    async def open(self) -> None: ...
+
+    async def get_run(self, run_id: str) -> Run: ...
+
+    async def cancel(self, run_id: str) -> Run: ...
+
+    async def create_run(self, new: NewRun, connection: Any = None) -> tuple[Run, bool]: ...
+
+
+class RunHandle(Generic[Out]):
+    """A started run: ask its status, wait for its result, cancel it.
+
+    `await handle.result()` is the run's output validated into the workflow's return
+    annotation (a pydantic model, dataclass, TypedDict or builtin), so a
+    `RunHandle[Done]` from `Workflow[Order, Done].start` gives a `Done`.
+    """
+
+    def __init__(
+        self, app: Client, run_id: str, run: Run | None = None, *, output_type: Any = Any
+    ) -> None:
+        self.app = app
+        self.run_id = run_id
+        self.run = run
+        self.output_type = output_type
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.run_id}>"
+
+    async def get(self) -> Run:
+        """The run as stored now."""
+        self.run = await self.app.get_run(self.run_id)
+        return self.run
+
+    async def status(self) -> str:
+        """The run's status now."""
+        return (await self.get()).status
+
+    async def cancel(self) -> Run:
+        """Cancel the run (see `Durably.cancel`)."""
+        return await self.app.cancel(self.run_id)
+
+    async def wait(self, timeout: Duration | None = None) -> Run:
+        """Wait until the run has ended (a canceled run: its compensations too); the run.
+
+        Raises:
+            WorkflowTimeoutError: `timeout` passed first.
+        """
+        with self.app.clock.awaiting_result():
+            return await self._wait(timeout)
+
+    async def _wait(self, timeout: Duration | None) -> Run:
+        limit = parse_duration(timeout).total_seconds() if timeout is not None else None
+        if limit is not None and limit <= 0:  # no waiting: the run as it is, once
+            run = await self.get()
+            if run.done:
+                return run
+            raise self._timed_out(limit, run)
+        read: list[Run] = []  # the run as last read
+        try:
+            return await within(limit, self._until_done(read))
+        except TimeUp:
+            raise self._timed_out(limit or 0.0, read[-1] if read else None) from None
+
+    def _timed_out(self, limit: float, run: Run | None) -> WorkflowTimeoutError:
+        status = f"still {run.status}" if run else "not read yet"
+        return WorkflowTimeoutError(f"run {self.run_id} is {status} after {limit}s")
+
+    async def _until_done(self, read: list[Run]) -> Run:
+        await self.app.open()  # before listening: a bad database fails here, as a read would
+        async with self.app.end_watch.watching(self.run_id) as waiter:
+            while True:
+                read[:] = [await self.get()]
+                if read[0].done:
+                    return read[0]
+                await waiter.wait(None)
+
+    async def result(self, timeout: Duration | None = None) -> Out:
+        """Wait for the run to finish; its output, as the workflow's return type.
+
+        Raises:
+            RunFailedError: the run failed or was canceled.
+            WorkflowTimeoutError: `timeout` passed first.
+            InvalidInput: the stored output does not fit the return annotation (the
+                workflow's code changed since the run finished).
+        """
+        run = await self.wait(timeout)
+        if run.status != "completed":
+            raise RunFailedError(run.run_id, run.status, run.error)
+        value: Out = validate(self.output_type, run.output, f"the output of run {run.run_id}")
+        return value

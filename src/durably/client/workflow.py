@@ -1,0 +1,101 @@
+"""`Workflow`: a workflow's definition bound to the app it was registered on, which starts
+its runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, TypeVar, overload
+
+from ..core.retry import RetryPolicy
+from ..workflow.definition import Definition, WorkflowFn
+from ..workflow.queue import Queue
+from ..workflow.schedule import Schedule
+from .handle import Client, RunHandle
+
+In = TypeVar("In", contravariant=True)
+Out = TypeVar("Out", covariant=True)
+
+
+class Workflow(Definition[In, Out]):
+    """A registered workflow: `(name, version)` and its function (async, or sync).
+
+    Created by `@app.workflow(...)`, which reads `In` and `Out` from the function's
+    annotations: `async def f(ctx: WorkflowContext, order: Order) -> Done` makes a
+    `Workflow[Order, Done]`, and a function without an input parameter a
+    `Workflow[None, Done]`. Start runs with `await wf.start(input)`.
+    """
+
+    def __init__(
+        self, app: Client, fn: WorkflowFn, name: str, version: str, retry: RetryPolicy,
+        queue: Queue | None = None, schedule: Schedule | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(fn, name, version, retry, queue, schedule)
+        self.app = app
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.app.clock.time(), UTC)
+
+    @overload
+    async def start(
+        self: Workflow[None, Out],
+        input: None = None,
+        *,
+        idempotency_key: str | None = None,
+        available_at: datetime | str | None = None,
+        deadline_at: datetime | str | None = None,
+        connection: Any = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
+    ) -> RunHandle[Out]: ...
+
+    @overload
+    async def start(
+        self,
+        input: In,
+        *,
+        idempotency_key: str | None = None,
+        available_at: datetime | str | None = None,
+        deadline_at: datetime | str | None = None,
+        connection: Any = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
+    ) -> RunHandle[Out]: ...
+
+    async def start(
+        self,
+        input: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        available_at: datetime | str | None = None,
+        deadline_at: datetime | str | None = None,
+        connection: Any = None,
+        concurrency_key: str | None = None,
+        priority: int = 0,
+    ) -> RunHandle[Out]:
+        """Start a run (or return the run this idempotency key already started).
+
+        Args:
+            input: validated against the function's input annotation.
+            idempotency_key: same key and equal input return the existing run; a
+                different input raises `IdempotencyConflictError`.
+            available_at: do not run before this time (datetime, ISO text or "+5s").
+            deadline_at: fail the run with `DeadlineExceeded` if it is not done by then.
+            connection: the caller's open psycopg or sqlite3 connection: the run is
+                written in its transaction (roll back and nothing was started).
+            concurrency_key: the workflow's queue runs at most `per_key` runs sharing it.
+            priority: the queue (declared with `priority=True`) claims larger first.
+
+        Raises:
+            InvalidInput: the input does not fit; nothing was written.
+        """
+        new = self.new_run(
+            input, max_payload=self.app.max_payload, now=self._now(),
+            idempotency_key=idempotency_key, available_at=available_at,
+            deadline_at=deadline_at, concurrency_key=concurrency_key, priority=priority,
+        )  # fmt: skip
+        run, _ = await self.app.create_run(new, connection)
+        return RunHandle(self.app, run.run_id, run, output_type=self.output_type)
+
+    def handle(self, run_id: str) -> RunHandle[Out]:
+        """A handle on an existing run of this workflow (its result typed as `Out`)."""
+        return RunHandle(self.app, run_id, output_type=self.output_type)
