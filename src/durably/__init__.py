@@ -14,7 +14,7 @@ Example:
     ```
 """
 
-from .client.app import Durably
+from .client.durably import Durably
 from .client.handle import RunHandle
 from .client.sync import SyncDurably
 from .client.workflow import Workflow
@@ -45,8 +45,9 @@ from .core.errors import (
 from .core.retry import RetryPolicy
 from .store.models import Run, StepAttempt
 from .worker.worker import Worker
-from .workflow.context import Fence, StepContext, WorkflowContext
+from .workflow.context import WorkflowContext
 from .workflow.queue import Queue
+from .workflow.stepcontext import Fence, StepContext
 from .workflow.steps import ChildHandle
 from .workflow.syncsteps import SyncChildHandle, SyncStepApi, SyncWorkflowContext
 

@@ -14,7 +14,8 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
-from ..client.app import DEFAULT_URL, Durably
+from ..client.app import DEFAULT_URL
+from ..client.durably import Durably
 from ..core.codec import parse
 from ..core.errors import (
     ConfigurationError,

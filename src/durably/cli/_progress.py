@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from ..client.app import Durably
+from ..client.durably import Durably
 from ..store.endwatch import Waiter
 from ..store.models import Run
 

@@ -8,7 +8,7 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
 
 from ..backends import connect
 from ..core import telemetry as _telemetry
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from ..worker.worker import Worker
-    from .sync import SyncDurably
 
 DEFAULT_URL = "sqlite:///durably.db"
 log = logging.getLogger("durably.worker")
@@ -73,34 +72,9 @@ class WorkflowDecorator(Protocol):
     def __call__(self, fn: Callable[[SyncWorkflowContext, In], Out], /) -> Workflow[In, Out]: ...
 
 
-class Durably(OperatingApi):
-    """A durably application: a database and the workflows registered on it.
-
-    Args:
-        url: `postgresql://…` or `sqlite:///path.db`; default `$DURABLY_DATABASE_URL`,
-            else `sqlite:///durably.db`.
-        schema: where the engine's tables live (PostgreSQL schema; SQLite table prefix).
-        namespace: runs and signals are scoped to it: its workers execute its runs only.
-            A queue is shared by the namespaces that declare it (one set of limits).
-        migrate: apply migrations when first connecting.
-        max_payload_bytes: the largest JSON input, output or signal data.
-        pool_size: PostgreSQL connections in the pool.
-        max_step_attempts: step attempts a run may make in all (then it fails).
-        max_history_bytes: the size a run's recorded results may reach (its next step
-            attempt then fails the run with `PayloadTooLarge`): every claim reads them whole,
-            and the database's limit for that read is 1 GB.
-        retention: keep finished runs this long; workers purge older ones periodically
-            (one worker at a time). Default: kept for ever (`app.purge` deletes them).
-
-    Example:
-        ```python
-        app = Durably("postgresql://localhost/app")
-
-        @app.workflow(name="greet", version="v1")
-        async def greet(ctx, name: str) -> str:
-            return await ctx.step.run("hello", lambda: f"hello {name}")
-        ```
-    """
+class App(OperatingApi):
+    """The registry of workflows and the async client API: all of `Durably` but its
+    `sync` facade, which wraps this (`client.durably`)."""
 
     def __init__(
         self,
@@ -137,7 +111,7 @@ class Durably(OperatingApi):
     def __repr__(self) -> str:
         return f"<Durably {self.connector.dialect} schema={self.connector.schema}>"
 
-    def rebind(self, url: str, schema: str | None = None) -> Durably:
+    def rebind(self, url: str, schema: str | None = None) -> Self:
         """Point this (not yet opened) app at another database (and schema); the app."""
         if self._opened:
             raise RuntimeError("rebind() must come before the app connects")
@@ -296,7 +270,7 @@ class Durably(OperatingApi):
         await self.connector.close()
         self._opened = False
 
-    async def __aenter__(self) -> Durably:
+    async def __aenter__(self) -> Self:
         await self.open()
         return self
 
@@ -441,10 +415,3 @@ class Durably(OperatingApi):
 
         return Worker(self, concurrency, lease, heartbeat, worker_id, poll_interval,
                       shutdown_grace)  # fmt: skip
-
-    @property
-    def sync(self) -> SyncDurably:
-        """The same client API for code without an event loop."""
-        from .sync import SyncDurably
-
-        return SyncDurably(self)

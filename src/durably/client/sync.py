@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
-from .app import Durably
+from .app import App
 from .handle import RunHandle
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 def _blocking(
-    method: Callable[Concatenate[Durably, P], Coroutine[Any, Any, T]],
+    method: Callable[Concatenate[App, P], Coroutine[Any, Any, T]],
 ) -> Callable[Concatenate[SyncDurably, P], T]:
     def call(self: SyncDurably, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self.run(method(self.app, *args, **kwargs))
@@ -47,7 +47,7 @@ class SyncDurably:
     _lock = threading.Lock()
     _loops: ClassVar[dict[int, asyncio.AbstractEventLoop]] = {}
 
-    def __init__(self, app: Durably) -> None:
+    def __init__(self, app: App) -> None:
         self.app = app
         with self._lock:
             loop = self._loops.get(id(app))
@@ -63,21 +63,21 @@ class SyncDurably:
         """Run a coroutine of the app on the facade's loop; its result."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    start = _blocking(Durably.start)
-    send_signal = _blocking(Durably.send_signal)
-    cancel = _blocking(Durably.cancel)
-    get_run = _blocking(Durably.get_run)
-    list_runs = _blocking(Durably.list_runs)
-    list_steps = _blocking(Durably.list_steps)
-    migrate = _blocking(Durably.migrate)
-    resume = _blocking(Durably.resume)
-    fork = _blocking(Durably.fork)
-    purge = _blocking(Durably.purge)
-    list_signals = _blocking(Durably.list_signals)
-    delete_signal = _blocking(Durably.delete_signal)
-    get_event = _blocking(Durably.get_event)
-    list_events = _blocking(Durably.list_events)
-    close = _blocking(Durably.close)
+    start = _blocking(App.start)
+    send_signal = _blocking(App.send_signal)
+    cancel = _blocking(App.cancel)
+    get_run = _blocking(App.get_run)
+    list_runs = _blocking(App.list_runs)
+    list_steps = _blocking(App.list_steps)
+    migrate = _blocking(App.migrate)
+    resume = _blocking(App.resume)
+    fork = _blocking(App.fork)
+    purge = _blocking(App.purge)
+    list_signals = _blocking(App.list_signals)
+    delete_signal = _blocking(App.delete_signal)
+    get_event = _blocking(App.get_event)
+    list_events = _blocking(App.list_events)
+    close = _blocking(App.close)
 
     def result(self, run_id: str, timeout: float | None = None) -> Any:
         """Wait for a run to finish; its output (see `RunHandle.result`)."""
@@ -88,7 +88,7 @@ class SyncDurably:
         return self.run(RunHandle(self.app, run_id).wait(timeout))
 
 
-def _shut_down(app: Durably, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+def _shut_down(app: App, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
     """At exit: close the app's connections and end the facade's loop, so a script that
     never called `close()` leaves no pending task behind (no "Task was destroyed")."""
 

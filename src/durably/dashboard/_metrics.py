@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..client.app import Durably
+from ..client.durably import Durably
 
 _HELP = {
     "durably_runs": ("gauge", "Runs by status."),

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..client.app import Durably
+from ..client.durably import Durably
 from ..core.codec import parse
 from ..core.durations import parse_duration
 from ..core.errors import DurablyError

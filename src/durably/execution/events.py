@@ -13,21 +13,17 @@ runs again there, and its new record wins).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..store.operations import Operations
-
-if TYPE_CHECKING:
-    from .execution import Execution
-    from .steps import Command
+from ..workflow.commands import Command, SetEvent
+from .claimed import Claimed
 
 
-async def run_set_event(x: Execution, cmd: Command, value_json: str) -> None:
+async def run_set_event(x: Claimed, cmd: Command, spec: SetEvent) -> None:
     attempt = x.new_attempt(cmd.position)
     seq = x.reserve()
     try:
         await Operations(x.store).set_event(
-            x.lease, cmd.position, attempt, cmd.name, seq, value_json
+            x.lease, cmd.position, attempt, cmd.name, seq, spec.value_json
         )
     except BaseException:
         x.unreserve(seq)

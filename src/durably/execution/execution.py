@@ -4,7 +4,7 @@ Workflow code runs on a `WorkflowLoop` of its own (see `_loop`). The execution f
 replays: it hands the recorded results back one at a time, in log order, running the
 workflow until it blocks after each, so every branch sees what it saw the first time. Then
 it goes live: commands the workflow issued and history has not resolved get their
-lifecycles (`_commands`, `_waits`) on the worker's loop; each result takes the next `seq`
+lifecycles (`kinds`) on the worker's loop; each result takes the next `seq`
 of the run's log and reaches the workflow in that order (`_runlog`). Waits fire on time
 while other bodies work (`_livewaits`); when everything left waits (a sleep, a signal, a
 child, a retry back-off) the run parks, and the next claim replays from the start.
@@ -45,15 +45,17 @@ from ..store.history import History
 from ..store.recorder import StepRecorder
 from ..store.records import Lease, RunEnd
 from ..store.store import Store
+from ..workflow.commands import Command, error_for, never_awaited
 from ..workflow.context import WorkflowContext
 from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
 from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
+from .claimed import Claimed
 from .lifecycles import Lifecycles
 from .livewaits import LiveWaits
 from .loop import WorkflowLoop
 from .runlog import Outcome, RunLog, Stop
-from .steps import Command, error_for, never_awaited, run_compensation
+from .steps import run_compensation
 
 if TYPE_CHECKING:
     from ..workflow.definition import Definition
@@ -121,6 +123,9 @@ class Execution(RunLog, LiveWaits, Lifecycles):
     @property
     def run_id(self) -> str:
         return self.lease.run_id
+
+    def _claimed(self) -> Claimed:
+        return self
 
     async def confirm_claim(self) -> None:
         """Return once this run's claim is durable (before its fence reaches a body; see

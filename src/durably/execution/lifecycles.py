@@ -10,15 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from ..core.errors import DatabaseUnavailable, LeaseLostError
 from ..store.records import Lease
+from ..workflow.commands import Command
+from .claimed import Claimed
+from .kinds import run_lifecycle
 from .runlog import Stop
-from .steps import Command
-
-if TYPE_CHECKING:
-    from .execution import Execution
 
 log = logging.getLogger("durably.worker")
 
@@ -45,6 +44,7 @@ class Lifecycles:
     wake_gated: Callable[[], None]
     _arm: Callable[[Command], None]
     _durable_through: Callable[[int, int | None], Coroutine[Any, Any, None]]
+    _claimed: Callable[[], Claimed]  # the execution, as its commands' lifecycles see it
 
     def _start_issued(self) -> None:
         if self.replaying or self.collect_only or self.fatal or self.stop:
@@ -76,7 +76,7 @@ class Lifecycles:
         try:
             await self._durable_through(cmd.gate, cmd.position)
             if self.stop is None and self.fatal is None:
-                await cmd.lifecycle(cast("Execution", self), cmd)
+                await run_lifecycle(self._claimed(), cmd)
         except Exception as exc:
             if self.concluded:
                 # A record that raced the run's end: the end wrote it, or (refused, or a
@@ -152,7 +152,7 @@ class Lifecycles:
         """No lifecycle outlives its execution: those still running (a body that ignores
         cancellation kept its lifecycle past `_quiesce`) get `SETTLE_S` more, then are
         cancelled and awaited. A lifecycle stops waiting for its body when cancelled (see
-        `_commands._invoke`): such a body is user code left running, logged, and nothing
+        `steps._invoke`): such a body is user code left running, logged, and nothing
         of it is recorded (its attempt is abandoned or canceled by the run's next owner)."""
         for cancel in (False, True):
             tasks = list(self._active)

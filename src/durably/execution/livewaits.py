@@ -15,8 +15,8 @@ from typing import Any
 
 from ..store.records import Lease
 from ..store.store import Store
+from ..workflow.commands import Command
 from .runlog import Stop
-from .steps import Command
 
 
 class LiveWaits:

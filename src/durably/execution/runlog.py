@@ -24,8 +24,8 @@ from ..core.errors import InvalidInput
 from ..store.recorder import StepRecorder
 from ..store.records import Lease, PendingStep
 from ..store.store import Store
+from ..workflow.commands import Command
 from .loop import WorkflowLoop
-from .steps import Command
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """What the engine does for each step the workflow issues: the step's lifecycle. Here:
-commands themselves, function steps, transactions and compensations; waits, signal sends
-and children are in `_waits`.
+function steps, transactions and compensations; waits, signal sends and children are in
+`waits`, events in `events`, patch markers in `patching` (`kinds` maps each kind to its).
 
 Workflow code issues a `Command` (on the workflow loop) and awaits its future. The
 execution then runs the command's lifecycle on the worker's loop: attempts of a body,
 their records, retries, the start and end of a wait. A lifecycle ends in one of three
 ways: it settles the command (a result or a final error, the next `seq` of the run's log:
-see `_runlog`), it leaves a `Wait` (a sleep, a
+see `runlog`), it leaves a `Wait` (a sleep, a
 signal, a child, a retry back-off: the run parks on it), or it stops because the
 execution stopped.
 """
@@ -16,168 +16,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
 import logging
-import typing
-from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from ..core import telemetry as _telemetry
 from ..core.codec import decode
 from ..core.errors import (
-    ChildWorkflowError,
     InvalidInput,
     NonRetryableError,
     StepFailedError,
     StepTimeout,
-    WorkflowMisuseError,
-    WorkflowTimeoutError,
     describe,
     user_failure,
 )
 from ..core.retry import STEP_DEFAULT, RetryPolicy
-from ..store.history import Recorded
 from ..store.records import PendingStep
-from ..workflow.context import Fence, StepContext
-
-if TYPE_CHECKING:
-    from .execution import Execution
+from ..workflow.commands import Body, Command, Wait, signature
+from ..workflow.stepcontext import Fence, StepContext
+from .claimed import Claimed
 
 T = TypeVar("T")
 log = logging.getLogger("durably.worker")
 
 
-@dataclass
-class Wait:
-    """What a command waits for (the run parks on it), and how to take it up again."""
-
-    wake_at: datetime | None
-    label: str
-    retry: bool = False
-    attempt: int = 1
-    child_run_id: str | None = None
-
-    def resume(self, cmd: Command) -> Recorded:
-        """What the command's lifecycle finds when it is taken up again in this claim."""
-        return Recorded(
-            position=cmd.position, attempt=self.attempt, step=cmd.name, kind=cmd.kind,
-            status="failed" if self.retry else "running", final=False, compensable=False,
-            signal=None, child_run_id=self.child_run_id, wake_at=self.wake_at, output=None,
-            error=None,
-        )  # fmt: skip
-
-
-@dataclass(eq=False)
-class Command:
-    """One step the workflow issued, at `position` (the n-th it issued)."""
-
-    position: int
-    name: str
-    kind: str
-    future: asyncio.Future[Any]  # on the workflow loop
-    recorded: Recorded | None  # what history held at this position when issued
-    lifecycle: Callable[[Execution, Command], Awaitable[None]]
-    result_type: Any = Any
-    compensate: Callable[..., Any] | None = None
-    signal: str | None = None  # the name a signal wait waits for
-    awaited: bool = False
-    dropped: Callable[[Command], None] | None = None  # its StepCall went, never awaited
-    gate: int = 0  # results up to this seq must be durable before the lifecycle starts
-    recording: bool = False  # the outcome is known, its record is being written
-    wait: Wait | None = None
-    timer: asyncio.TimerHandle | None = None
-    poked: bool = False  # taken up again because something may have arrived
-    poke_kept: bool = False  # a poke found it busy: taken up when it waits again
-    active: bool = False  # its lifecycle is running
-    abandoned: bool = False  # the workflow stopped awaiting it
-    body: asyncio.Future[Any] | None = None
-    in_thread: bool = False  # `body` is a sync body's thread: it cannot be interrupted
-    step_context: StepContext | None = None
-    value: Any = None
-    settled: bool = False
-    child_run_id: str | None = None  # a child's, once its lifecycle has named it
-
-
-class StepCall(Generic[T]):
-    """What a step method returns: await it (directly, or through gather/wait)."""
-
-    __slots__ = ("_cmd",)
-
-    def __init__(self, cmd: Command) -> None:
-        self._cmd = cmd
-
-    def __await__(self) -> Generator[Any, None, T]:
-        self._cmd.awaited = True
-        return (yield from self._cmd.future.__await__())  # type: ignore[no-any-return]
-
-    def __del__(self) -> None:
-        # A forgotten await: CPython drops the call's result right after its statement, as
-        # it does an un-awaited coroutine's, so the workflow is told before its next step.
-        cmd = self._cmd
-        if not cmd.awaited and cmd.dropped is not None:
-            cmd.dropped(cmd)
-
-    def __repr__(self) -> str:
-        return f"<step {self._cmd.name!r} at position {self._cmd.position}>"
-
-
-def never_awaited(cmd: Command) -> WorkflowMisuseError:
-    return WorkflowMisuseError(f"step {cmd.name!r} at position {cmd.position} was never "
-                               "awaited: did you forget await?")  # fmt: skip
-
-
-def error_for(rec: Recorded) -> BaseException:
-    """The exception a workflow receives for a step recorded as failed for good."""
-    error = rec.error or {}
-    if rec.kind == "child":
-        return child_error(error)
-    return StepFailedError(rec.step, error, rec.attempt)
-
-
-def child_error(error: dict[str, Any]) -> Exception:
-    if error.get("type") == "WorkflowTimeoutError":
-        return WorkflowTimeoutError(error.get("message"))
-    return ChildWorkflowError(
-        error.get("child_run_id", "?"), error.get("status", "failed"), error.get("child_error")
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def signature(fn: Callable[..., Any]) -> tuple[bool, Any, bool]:
-    """(takes a StepContext first, return annotation or Any, is a coroutine function)."""
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        hints = {}
-    params = list(inspect.signature(fn).parameters.values())
-    first = params[0] if params else None
-    wants_ctx = first is not None and (
-        hints.get(first.name) is StepContext or "StepContext" in str(first.annotation)
-    )
-    ret = hints.get("return", Any)
-    if ret is type(None) or ret is None:
-        ret = Any
-    return wants_ctx, ret, inspect.iscoroutinefunction(fn)
-
-
 # ------------------------------------------------------------------ bodies
 
 
-@dataclass
-class Body:
-    """A function step's body and how to run and retry it."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    retry: RetryPolicy = STEP_DEFAULT
-    timeout: float | None = None
-    sig: tuple[bool, Any, bool] = (False, Any, True)
-
-
-async def run_function(x: Execution, cmd: Command, body: Body) -> None:
+async def run_function(x: Claimed, cmd: Command, body: Body) -> None:
     """Attempts of a function step until it completes or fails for good."""
     if _backing_off(x, cmd):
         return
@@ -205,7 +71,7 @@ async def run_function(x: Execution, cmd: Command, body: Body) -> None:
     ), value=decode(output))  # fmt: skip
 
 
-def _backing_off(x: Execution, cmd: Command) -> bool:
+def _backing_off(x: Claimed, cmd: Command) -> bool:
     """The last attempt failed and its retry is not due yet: wait for it (True)."""
     rec = cmd.recorded
     if rec is None or rec.status != "failed" or rec.wake_at is None or rec.wake_at <= x.now():
@@ -215,7 +81,7 @@ def _backing_off(x: Execution, cmd: Command) -> bool:
 
 
 async def _begin(
-    x: Execution, cmd: Command, is_async: bool, spend: bool = True, wants_ctx: bool = False
+    x: Claimed, cmd: Command, is_async: bool, spend: bool = True, wants_ctx: bool = False
 ) -> tuple[int, float, StartRecord]:
     if wants_ctx:  # the body gets the fence, which must not leave before the claim is durable
         await x.confirm_claim()
@@ -227,7 +93,7 @@ async def _begin(
 
 
 async def _invoke(
-    x: Execution, cmd: Command, body: Body, attempt: int, start: StartRecord | None = None,
+    x: Claimed, cmd: Command, body: Body, attempt: int, start: StartRecord | None = None,
     interruptible: bool = True,
 ) -> Any:  # fmt: skip
     if interruptible and x.interrupting:  # halted while this attempt was being set up:
@@ -312,7 +178,7 @@ async def _outcome(body: asyncio.Future[T]) -> T:
 
 
 async def _failed(
-    x: Execution, cmd: Command, attempt: int, exc: Exception, policy: RetryPolicy, elapsed: float
+    x: Claimed, cmd: Command, attempt: int, exc: Exception, policy: RetryPolicy, elapsed: float
 ) -> None:
     error = describe(exc)
     x.history.failed(cmd.position)
@@ -340,7 +206,7 @@ async def _failed(
 # ------------------------------------------------------------------ transactions
 
 
-async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
+async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
     """`fn(conn, *args)` and the step's record in one transaction, with the lease checked."""
     if _backing_off(x, cmd):
         return
@@ -373,11 +239,11 @@ async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
 # ------------------------------------------------------------------ compensations
 
 
-async def run_compensation(x: Execution, cmd: Command) -> None:
+async def run_compensation(x: Claimed, cmd: Command) -> None:
     """Run `cmd`'s undo once as a recorded step at -(p + 1); retries wait in place."""
     assert cmd.compensate is not None
     pos, name = -cmd.position - 1, f"compensate:{cmd.name}"
-    comp = Command(pos, name, "function", cmd.future, None, run_compensation)
+    comp = Command(pos, name, "function", cmd.future, None)
     body = Body(cmd.compensate, (cmd.value,), {}, sig=signature(cmd.compensate))
     while True:
         attempt, began, start = await _begin(
@@ -421,7 +287,7 @@ class StartRecord:
     flight, so it is recorded by one write: its end.
     """
 
-    def __init__(self, x: Execution, pos: int, attempt: int, name: str, kind: str) -> None:
+    def __init__(self, x: Claimed, pos: int, attempt: int, name: str, kind: str) -> None:
         self.write = functools.partial(x.store.record_start, x.lease, pos, attempt, name, kind)
         self._task: asyncio.Task[Any] | None = None
 

@@ -9,21 +9,25 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.codec import decode
 from ..core.errors import InvalidInput, RunNotFound, RunTerminalError, StepFailedError, describe
 from ..store.operations import RESUMABLE, Operations
 from ..store.records import NewRun, PendingStep
-from .steps import Command, Wait, child_error
+from ..workflow.commands import (
+    Child,
+    Command,
+    SignalSend,
+    SignalWait,
+    Sleep,
+    Wait,
+    child_error,
+    child_run_id,
+)
+from .claimed import Claimed
 
-if TYPE_CHECKING:
-    from ..workflow.definition import Definition
-    from .execution import Execution
-
-CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
 TIMED_OUT = {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"}
 SUPERSEDED = {
     "type": "ChildSuperseded",
@@ -31,14 +35,14 @@ SUPERSEDED = {
 }
 
 
-async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
+async def run_sleep(x: Claimed, cmd: Command, spec: Sleep) -> None:
     rec = cmd.recorded
     if rec is not None and rec.waiting:
         attempt, wake_at = rec.attempt, rec.wake_at
     else:
         attempt = x.new_attempt(cmd.position)
         wake_at = await x.store.record_start(
-            x.lease, cmd.position, attempt, cmd.name, "sleep", wait_s=seconds
+            x.lease, cmd.position, attempt, cmd.name, "sleep", wait_s=spec.seconds
         )
     if wake_at is not None and wake_at > x.now():
         cmd.wait = Wait(wake_at, f"sleep:{cmd.name}", attempt=attempt)
@@ -46,8 +50,8 @@ async def run_sleep(x: Execution, cmd: Command, seconds: float) -> None:
     await _resolve_wait(x, cmd, attempt, None)
 
 
-async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: float | None) -> None:
-    rec = cmd.recorded
+async def run_signal_wait(x: Claimed, cmd: Command, spec: SignalWait) -> None:
+    signal, rec = spec.signal, cmd.recorded
     if rec is not None and rec.waiting:
         delivered, data = rec.delivered, rec.output
         if not delivered and cmd.poked:  # a signal may have arrived while we ran
@@ -71,7 +75,7 @@ async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: floa
     seq = x.reserve()
     try:
         taken, wake_at = await x.store.begin_signal_wait(
-            x.lease, cmd.position, attempt, cmd.name, signal, timeout, seq
+            x.lease, cmd.position, attempt, cmd.name, signal, spec.timeout, seq
         )
     except BaseException:
         x.unreserve(seq)
@@ -87,7 +91,7 @@ async def run_signal_wait(x: Execution, cmd: Command, signal: str, timeout: floa
 
 
 async def _resolve_wait(
-    x: Execution,
+    x: Claimed,
     cmd: Command,
     attempt: int,
     signal: str | None,
@@ -111,21 +115,14 @@ async def _resolve_wait(
         x.publish(seq, cmd, error=child_error(error))
 
 
-async def run_send_signal(
-    x: Execution,
-    cmd: Command,
-    signal: str,
-    data_json: str,
-    key: str | None,
-    run_id: str | None,
-    expires_s: float | None = None,
-) -> None:
+async def run_send_signal(x: Claimed, cmd: Command, spec: SignalSend) -> None:
     attempt = x.new_attempt(cmd.position)
     seq = x.reserve()
     try:
         result = await x.store.send_signal_step(
-            x.lease, cmd.position, attempt, cmd.name, seq, signal, data_json, key, run_id,
-            lambda value: x.encode(value, "a signal result"), expires_s,
+            x.lease, cmd.position, attempt, cmd.name, seq, spec.signal, spec.data_json,
+            spec.key, spec.run_id, lambda value: x.encode(value, "a signal result"),
+            spec.expires_s,
         )  # fmt: skip
     except Exception as exc:
         x.unreserve(seq)
@@ -143,10 +140,7 @@ async def run_send_signal(
 # ------------------------------------------------------------------ children
 
 
-async def run_child(
-    x: Execution, cmd: Command, workflow: Definition[Any, Any], input: Any, timeout: float | None,
-    on_parent_close: str,
-) -> None:  # fmt: skip
+async def run_child(x: Claimed, cmd: Command, spec: Child) -> None:
     rec = cmd.recorded
     if rec is not None and rec.waiting and rec.child_run_id:
         await check_child(x, cmd, rec.attempt, rec.child_run_id, rec.wake_at)
@@ -154,8 +148,9 @@ async def run_child(
     earlier = x.history.child_at(cmd.position)  # an earlier workflow attempt's child
     attempt = x.new_attempt(cmd.position)
     try:
-        new = workflow.new_run(
-            input, max_payload=x.max_payload, parent_run_id=x.run_id, parent_close=on_parent_close,
+        new = spec.workflow.new_run(
+            spec.input, max_payload=x.max_payload, parent_run_id=x.run_id,
+            parent_close=spec.on_parent_close,
             run_id=earlier or child_run_id(x.run_id, cmd.position),
         )  # fmt: skip
     except InvalidInput as exc:
@@ -169,7 +164,7 @@ async def run_child(
     child_id = cmd.child_run_id = new.run_id
     assert child_id is not None
     wake_at, created = await x.store.start_child(
-        x.lease, cmd.position, attempt, cmd.name, new, timeout
+        x.lease, cmd.position, attempt, cmd.name, new, spec.timeout
     )
     if created:
         cmd.wait = Wait(wake_at, f"child:{child_id}", attempt=attempt, child_run_id=child_id)
@@ -177,7 +172,7 @@ async def run_child(
         await check_child(x, cmd, attempt, child_id, wake_at)
 
 
-async def _take_over(x: Execution, cmd: Command, new: NewRun, attempt: int) -> NewRun:
+async def _take_over(x: Claimed, cmd: Command, new: NewRun, attempt: int) -> NewRun:
     """A new workflow attempt (a retry, a resume) at a position where an earlier one started
     a child: the same child, never a second doing the same work. One that completed gives
     its result, one still going is waited for, one that failed or was canceled is resumed
@@ -199,16 +194,8 @@ async def _take_over(x: Execution, cmd: Command, new: NewRun, attempt: int) -> N
     return dataclasses.replace(new, run_id=child_run_id(x.run_id, cmd.position, attempt))
 
 
-def child_run_id(run_id: str, position: int, attempt: int = 1) -> str:
-    """Deterministic: a replay that reaches the same call names the same child, and so does
-    a later workflow attempt (see `_take_over`): the child is a function of the parent run
-    and the position. Only a child replaced by one of other work takes the attempt too."""
-    key = f"{run_id}/{position}" if attempt == 1 else f"{run_id}/{position}/{attempt}"
-    return uuid.uuid5(CHILD_NAMESPACE, key).hex
-
-
 async def check_child(
-    x: Execution, cmd: Command, attempt: int, child_id: str, wake_at: datetime | None
+    x: Claimed, cmd: Command, attempt: int, child_id: str, wake_at: datetime | None
 ) -> None:
     child = await x.store.get_run(child_id)
     if not child.terminal and (wake_at is None or wake_at > x.now()):

@@ -16,7 +16,7 @@ from ..core.errors import ConfigurationError
 from . import _clock as c
 
 if TYPE_CHECKING:
-    from ..client.app import Durably
+    from ..client.durably import Durably
     from ..worker.worker import Worker
 
 # The runs' progress wakes the environment (`Worker.next_change`); this poll only covers

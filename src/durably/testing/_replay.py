@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 from ..core.codec import canonical, encode, validate
 from ..core.errors import NonDeterminismError
 from ..execution.loop import WorkflowLoop
-from ..execution.steps import Command, error_for, never_awaited
 from ..store.history import History, Recorded
+from ..workflow.commands import Command, error_for, never_awaited
 from ..workflow.context import WorkflowContext
 from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
 from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
 
 if TYPE_CHECKING:
-    from ..client.app import Durably
+    from ..client.durably import Durably
     from ..workflow.definition import Definition
 
 
@@ -96,7 +96,7 @@ def _start(
     wf: Definition[Any, Any], replayer: _Replayer, run: dict[str, Any]
 ) -> tuple[asyncio.Task[Any], SyncDriver | None]:
     """The workflow's main task on the replayer's loop (and a sync workflow's driver)."""
-    steps = StepApi(replayer)  # type: ignore[arg-type]
+    steps = StepApi(replayer)
     value = wf.parse_input(run["input"]) if wf.takes_input else None
     attempt = run.get("attempts") or 1
     if wf.sync:
@@ -112,7 +112,7 @@ def _start(
 
 
 class _Replayer:
-    """Stands in for the engine's `Execution` as far as `StepApi` sees it."""
+    """A `Runtime` (what `StepApi` needs of a run), as the engine's `Execution` is one."""
 
     max_payload = 1 << 62
 
@@ -127,6 +127,9 @@ class _Replayer:
     def encode(self, value: Any, what: str) -> str:
         """A value the code publishes (`set_event`), refused as the engine refuses it."""
         return encode(value, what, self.max_payload)
+
+    def next_position(self) -> int:
+        return self._position + 1
 
     def marker_pending(self, position: int) -> None:
         """Nothing is recorded here: a new patch marker holds nothing back."""

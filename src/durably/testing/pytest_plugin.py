@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ..client.app import Durably
+from ..client.durably import Durably
 from ._environment import Environment
 
 try:

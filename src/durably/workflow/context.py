@@ -1,15 +1,14 @@
-"""What workflow code and step bodies are handed: `WorkflowContext` and `StepContext`."""
+"""What workflow code is handed: `WorkflowContext`."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, overload
 
-if TYPE_CHECKING:
-    from .steps import StepApi
+from .patching import deprecate_patch, patched
+from .steps import StepApi
 
 T = TypeVar("T")
 T1 = TypeVar("T1")
@@ -18,57 +17,6 @@ T3 = TypeVar("T3")
 T4 = TypeVar("T4")
 T5 = TypeVar("T5")
 T6 = TypeVar("T6")
-
-
-class Fence(NamedTuple):
-    """A run's fencing token: strictly increasing with every claim of the run.
-
-    Pass it to systems outside the database and have them refuse a token lower than the
-    highest they have seen; that keeps a worker that lost its lease from acting.
-    """
-
-    run_id: str
-    fence: int
-
-
-@dataclass(eq=False)
-class StepContext:
-    """Handed to a step body that declares it as its first parameter.
-
-    Example:
-        ```python
-        def copy(ctx: StepContext, src: str, dst: str) -> str:
-            for chunk in chunks(src):
-                ctx.raise_if_cancelled()
-                ...
-        ```
-    """
-
-    run_id: str
-    step: str
-    attempt: int
-    fence: Fence
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    _heartbeat: Callable[[], Coroutine[Any, Any, None]] | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    def raise_if_cancelled(self) -> None:
-        """Raise `asyncio.CancelledError` if the run was canceled or its lease was lost."""
-        if self.cancelled.is_set():
-            raise asyncio.CancelledError(f"step {self.step!r} of run {self.run_id} was cancelled")
-
-    def heartbeat(self) -> None:
-        """Renew the run's lease now (a long step may call this between chunks of work)."""
-        if self._heartbeat is None or self._loop is None:
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            self._loop.create_task(self._heartbeat())
-        else:
-            asyncio.run_coroutine_threadsafe(self._heartbeat(), self._loop).result(timeout=30)
 
 
 @dataclass
@@ -107,16 +55,12 @@ class WorkflowContext:
                 await ctx.step.run("copy", copy, order)
             ```
         """
-        from .patching import patched
-
         return patched(self.step, patch_id)
 
     def deprecate_patch(self, patch_id: str) -> Awaitable[None]:
         """Once no run takes the old path of `patch_id`: keep only the new code, call this
         where `patched(patch_id)` was, and runs that recorded the patch still replay. It
         takes effect at the call (awaiting it is allowed, not needed)."""
-        from .patching import deprecate_patch
-
         return deprecate_patch(self.step, patch_id)
 
     # Typed as `asyncio.gather` is: a tuple per position for up to six awaitables, a

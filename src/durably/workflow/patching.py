@@ -23,11 +23,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from ..store.records import PendingStep
-
 if TYPE_CHECKING:
-    from ..execution.execution import Execution
-    from ..execution.steps import Command
+    from .runtime import Runtime
     from .steps import StepApi
 
 KIND = "patch"
@@ -35,7 +32,7 @@ KIND = "patch"
 
 def patched(steps: StepApi, patch_id: str) -> asyncio.Future[Any]:
     """An awaitable of whether this run takes the patched path (see the module)."""
-    x: Execution = steps._x
+    x: Runtime = steps._x
     position = x.next_position()
     rec = x.history.recorded_at(position)
     if not (rec is not None and rec.kind == KIND and rec.step == patch_id) and (
@@ -44,7 +41,7 @@ def patched(steps: StepApi, patch_id: str) -> asyncio.Future[Any]:
         old: asyncio.Future[Any] = x.loop.create_future()
         old.set_result(False)
         return old
-    cmd = steps._issue(patch_id, KIND, _record_marker)
+    cmd = steps._issue(patch_id, KIND)
     cmd.awaited = True  # a marker is recorded whether or not its answer is read
     if rec is None:
         x.marker_pending(position)
@@ -54,20 +51,10 @@ def patched(steps: StepApi, patch_id: str) -> asyncio.Future[Any]:
 def deprecate_patch(steps: StepApi, patch_id: str) -> asyncio.Future[None]:
     """Consume the marker `patched(patch_id)` recorded here, if there is one; done at once
     (awaiting what it returns is allowed, and not needed)."""
-    x: Execution = steps._x
+    x: Runtime = steps._x
     rec = x.history.recorded_at(x.next_position())
     if rec is not None and rec.kind == KIND and rec.step == patch_id:
-        steps._issue(patch_id, KIND, _record_marker).awaited = True
+        steps._issue(patch_id, KIND).awaited = True
     done: asyncio.Future[None] = x.loop.create_future()
     done.set_result(None)
     return done
-
-
-async def _record_marker(x: Execution, cmd: Command) -> None:
-    attempt = x.new_attempt(cmd.position, spend=False)
-    try:
-        await x.settle_durable(cmd, PendingStep(
-            cmd.position, attempt, cmd.name, KIND, "completed", output_json="true",
-        ), value=True)  # fmt: skip
-    finally:
-        x.marker_durable(cmd.position)

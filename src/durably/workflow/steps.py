@@ -1,32 +1,39 @@
 """The durable step API a workflow sees as `ctx.step`.
 
 Each method issues a command at once (it takes the workflow's next position, checked
-against history) and returns an awaitable of its result. The engine runs the command
-(`_commands`) and delivers its result in log order (`_execution`). A step that is issued
-but never awaited fails the run ("did you forget await?") as soon as its awaitable is
-dropped, before anything issued after it starts; a step method called from inside a step
-body fails it too. A child handle (`start_workflow`) may be left alone on purpose.
+against history) and returns an awaitable of its result. A command is data (`commands`):
+the engine runs the lifecycle of its kind and delivers its result in log order. A step
+that is issued but never awaited fails the run ("did you forget await?") as soon as its
+awaitable is dropped, before anything issued after it starts; a step method called from
+inside a step body fails it too. A child handle (`start_workflow`) may be left alone on purpose.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, overload
 
 from ..core.codec import encode
 from ..core.durations import Duration, seconds_of
 from ..core.retry import STEP_DEFAULT, RetryPolicy
-from ..execution import steps as c
-from ..execution import waits as w
-from ..execution.events import run_set_event
-from ..execution.steps import Body, Command, StepCall, signature
 from ..store.sends import check_signal_name
-from .context import StepContext
+from .commands import (
+    Body,
+    Child,
+    Command,
+    SetEvent,
+    SignalSend,
+    SignalWait,
+    Sleep,
+    StepCall,
+    child_run_id,
+    signature,
+)
+from .stepcontext import StepContext
 
 if TYPE_CHECKING:
-    from ..execution.execution import Execution
     from .definition import Definition
+    from .runtime import Runtime
 
 Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
@@ -62,19 +69,18 @@ class ChildHandle(Generic[Out_co]):
 class StepApi:
     """Durable steps: each call is recorded once and replayed from history afterwards."""
 
-    def __init__(self, execution: Execution) -> None:
-        self._x = execution
+    def __init__(self, run: Runtime) -> None:
+        self._x = run
 
     def _issue(
-        self, name: str, kind: str, lifecycle: Callable[..., Any], *,
-        result_type: Any = Any, compensate: Callable[..., Any] | None = None,
-        signal: str | None = None,
+        self, name: str, kind: str, spec: Any = None, *, result_type: Any = Any,
+        compensate: Callable[..., Any] | None = None, signal: str | None = None,
     ) -> Command:  # fmt: skip
         x = self._x
 
         def make(position: int) -> Command:
             return Command(
-                position, name, kind, x.loop.create_future(), None, lifecycle,
+                position, name, kind, x.loop.create_future(), None, spec,
                 result_type=result_type, compensate=compensate, signal=signal,
             )  # fmt: skip
 
@@ -147,8 +153,7 @@ class StepApi:
         body = Body(
             fn, args, kwargs, retry or STEP_DEFAULT, _seconds(timeout, f"step {name!r}"), sig
         )
-        lifecycle = functools.partial(c.run_function, body=body)
-        cmd = self._issue(name, "function", lifecycle, result_type=sig[1], compensate=compensate)
+        cmd = self._issue(name, "function", body, result_type=sig[1], compensate=compensate)
         return StepCall(cmd)
 
     @overload
@@ -175,17 +180,15 @@ class StepApi:
         `fn`'s return annotation, as a `run` step's is.
         """
         body = Body(fn, args, {}, retry or STEP_DEFAULT)
-        lifecycle = functools.partial(c.run_transaction, body=body)
-        cmd = self._issue(name, "transaction", lifecycle, result_type=signature(fn)[1])
+        cmd = self._issue(name, "transaction", body, result_type=signature(fn)[1])
         return StepCall(cmd)
 
     # ---------------------------------------------------------------- waits
 
     def sleep(self, name: str, duration: Duration) -> StepCall[None]:
         """Sleep durably: the run parks and no worker is held until `duration` has passed."""
-        seconds = seconds_of(duration, f"step {name!r}")
-        lifecycle = functools.partial(w.run_sleep, seconds=seconds)
-        return StepCall(self._issue(name, "sleep", lifecycle))
+        spec = Sleep(seconds_of(duration, f"step {name!r}"))
+        return StepCall(self._issue(name, "sleep", spec))
 
     def wait_for_signal(
         self, signal: str, *, timeout: Duration | None = None, name: str | None = None
@@ -196,8 +199,8 @@ class StepApi:
         """
         check_signal_name(signal)
         wait_s = _seconds(timeout, f"the wait for signal {signal!r}")
-        lifecycle = functools.partial(w.run_signal_wait, signal=signal, timeout=wait_s)
-        return StepCall(self._issue(name or signal, "signal-wait", lifecycle, signal=signal))
+        spec = SignalWait(signal, wait_s)
+        return StepCall(self._issue(name or signal, "signal-wait", spec, signal=signal))
 
     def send_signal(
         self, signal: str, data: Any = None, *, idempotency_key: str | None = None,
@@ -207,15 +210,9 @@ class StepApi:
         `expires` is never delivered (as `Durably.send_signal`)."""
         check_signal_name(signal)
         data_json = encode(data, f"the data of signal {signal!r}", self._x.max_payload)
-        lifecycle = functools.partial(
-            w.run_send_signal,
-            signal=signal,
-            data_json=data_json,
-            key=idempotency_key,
-            run_id=run_id,
-            expires_s=_seconds(expires, f"the expiry of signal {signal!r}"),
-        )
-        return StepCall(self._issue(name or f"send:{signal}", "signal-send", lifecycle))
+        expires_s = _seconds(expires, f"the expiry of signal {signal!r}")
+        spec = SignalSend(signal, data_json, idempotency_key, run_id, expires_s)
+        return StepCall(self._issue(name or f"send:{signal}", "signal-send", spec))
 
     # ---------------------------------------------------------------- events
 
@@ -224,8 +221,7 @@ class StepApi:
         Clients read it with `Durably.get_event(run_id, key)`, which waits for the first.
         """
         value_json = self._x.encode(value, f"the value of event {key!r}")
-        lifecycle = functools.partial(run_set_event, value_json=value_json)
-        return StepCall(self._issue(key, "event", lifecycle))
+        return StepCall(self._issue(key, "event", SetEvent(value_json)))
 
     # ---------------------------------------------------------------- children
 
@@ -290,18 +286,15 @@ class StepApi:
     ) -> ChildHandle[Any]:  # fmt: skip
         if on_parent_close not in ("cancel", "abandon"):
             raise ValueError("on_parent_close must be 'cancel' or 'abandon'")
-        lifecycle = functools.partial(
-            w.run_child, workflow=workflow, input=input,
-            timeout=_seconds(timeout, f"the timeout of child {name or workflow.name!r}"),
-            on_parent_close=on_parent_close,
+        spec = Child(
+            workflow, input,
+            _seconds(timeout, f"the timeout of child {name or workflow.name!r}"), on_parent_close,
         )  # fmt: skip
         result_type = Any if workflow.output_type is type(None) else workflow.output_type
-        cmd = self._issue(
-            name or f"child:{workflow.name}", "child", lifecycle, result_type=result_type
-        )
+        cmd = self._issue(name or f"child:{workflow.name}", "child", spec, result_type=result_type)
         rec = cmd.recorded
         child_id = (rec.child_run_id if rec is not None else None) or (
-            self._x.history.child_at(cmd.position) or w.child_run_id(self._x.run_id, cmd.position)
+            self._x.history.child_at(cmd.position) or child_run_id(self._x.run_id, cmd.position)
         )
         return ChildHandle(child_id, StepCall(cmd), cmd)
 

@@ -1,7 +1,7 @@
 """What a sync workflow (a plain `def`) is handed: `SyncWorkflowContext`, whose step
 methods return results instead of awaitables.
 
-Each method issues the same durable step as its async twin in `_steps`, on the workflow
+Each method issues the same durable step as its async twin in `steps`, on the workflow
 loop, and blocks the workflow's thread until the result is delivered (see `_syncflow`).
 Steps run one at a time: there is no `gather`; children started with `start_workflow`
 run concurrently and are waited for with `handle.result()`.
@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, TypeVarTuple,
 from ..core.durations import Duration
 from ..core.errors import WorkflowMisuseError
 from ..core.retry import RetryPolicy
-from .context import StepContext
+from .patching import deprecate_patch, patched
+from .stepcontext import StepContext
 from .steps import ChildHandle, StepApi
 from .syncflow import SyncDriver
 
@@ -257,16 +258,12 @@ class SyncWorkflowContext:
     def patched(self, patch_id: str) -> bool:
         """Whether this run takes the code path added by patch `patch_id` (see
         `WorkflowContext.patched`)."""
-        from .patching import patched
-
         steps = self.step._steps
         taken: bool = self.step._call(lambda: patched(steps, patch_id), "ctx.patched")
         return taken
 
     def deprecate_patch(self, patch_id: str) -> None:
         """The cleanup of patch `patch_id` (see `WorkflowContext.deprecate_patch`)."""
-        from .patching import deprecate_patch
-
         steps = self.step._steps
         self.step._call(lambda: deprecate_patch(steps, patch_id), "ctx.deprecate_patch")
 

@@ -1,0 +1,71 @@
+"""What a command's lifecycle (`steps`, `waits`, `events`, `patching`) needs of the
+execution it runs in: the claim it runs under, the run's log, and the limits. `Execution`
+is the one implementation; the lifecycles see nothing else of it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..core.clock import Clock
+from ..store.history import History
+from ..store.records import Lease, PendingStep
+from ..store.store import Store
+from ..workflow.commands import Command
+
+
+class Claimed(Protocol):
+    """One claim of one run, as the lifecycles of its commands use it."""
+
+    lease: Lease
+    lease_s: float  # the lease's length, as claimed
+    store: Store
+    clock: Clock
+    history: History
+    threads: Executor | None  # where sync step bodies run
+    heartbeat: Callable[[], Coroutine[Any, Any, None]]  # renews the lease now
+    interrupting: bool  # the engine is cancelling the run's bodies
+    max_payload: int
+
+    @property
+    def run_id(self) -> str: ...
+
+    async def confirm_claim(self) -> None:
+        """Return once the claim is durable (before a body gets the fence)."""
+        ...
+
+    def now(self) -> datetime:
+        """The database's time, estimated."""
+        ...
+
+    def encode(self, value: Any, what: str, history: bool = True) -> str: ...
+
+    def new_attempt(self, position: int, spend: bool = True) -> int: ...
+
+    @staticmethod
+    def is_engine_failure(exc: BaseException) -> bool: ...
+
+    # The run's log (see `runlog`): outcomes take the next `seq` and reach the workflow
+    # in that order.
+    def reserve(self) -> int: ...
+
+    def unreserve(self, seq: int) -> None: ...
+
+    def publish(
+        self, seq: int, cmd: Command, value: Any = None, error: BaseException | None = None,
+        record: PendingStep | None = None,
+    ) -> None: ...  # fmt: skip
+
+    async def record(self, step: PendingStep) -> None: ...
+
+    async def settle(
+        self, cmd: Command, step: PendingStep, value: Any = None, error: BaseException | None = None
+    ) -> None: ...
+
+    async def settle_durable(self, cmd: Command, step: PendingStep, value: Any) -> None: ...
+
+    async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None: ...
+
+    def marker_durable(self, position: int) -> None: ...

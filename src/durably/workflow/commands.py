@@ -1,0 +1,201 @@
+"""Commands: what workflow code issues, as data. Each `ctx.step` call makes a `Command`
+of a kind ("function", "transaction", "sleep", "signal-wait", "signal-send", "event",
+"child", "patch") with the spec of what to do (a `Body`, a `Sleep`, ...); the engine
+looks up the lifecycle of its kind (`execution.kinds`) and runs it on the worker's loop.
+The workflow awaits the command's future, which the engine resolves in log order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import typing
+import uuid
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..core.errors import (
+    ChildWorkflowError,
+    StepFailedError,
+    WorkflowMisuseError,
+    WorkflowTimeoutError,
+)
+from ..core.retry import STEP_DEFAULT, RetryPolicy
+from ..store.history import Recorded
+from .stepcontext import StepContext
+
+if TYPE_CHECKING:
+    from .definition import Definition
+
+T = TypeVar("T")
+CHILD_NAMESPACE = uuid.UUID("0b5a3a5e-7d0e-4a53-9a43-2f6b0d1c9e11")
+
+
+@dataclass
+class Wait:
+    """What a command waits for (the run parks on it), and how to take it up again."""
+
+    wake_at: datetime | None
+    label: str
+    retry: bool = False
+    attempt: int = 1
+    child_run_id: str | None = None
+
+    def resume(self, cmd: Command) -> Recorded:
+        """What the command's lifecycle finds when it is taken up again in this claim."""
+        return Recorded(
+            position=cmd.position, attempt=self.attempt, step=cmd.name, kind=cmd.kind,
+            status="failed" if self.retry else "running", final=False, compensable=False,
+            signal=None, child_run_id=self.child_run_id, wake_at=self.wake_at, output=None,
+            error=None,
+        )  # fmt: skip
+
+
+@dataclass(eq=False)
+class Command:
+    """One step the workflow issued, at `position` (the n-th it issued)."""
+
+    position: int
+    name: str
+    kind: str
+    future: asyncio.Future[Any]  # on the workflow loop
+    recorded: Recorded | None  # what history held at this position when issued
+    spec: Any = None  # what to do, by kind: a `Body`, `Sleep`, `SignalWait`, ...
+    result_type: Any = Any
+    compensate: Callable[..., Any] | None = None
+    signal: str | None = None  # the name a signal wait waits for
+    awaited: bool = False
+    dropped: Callable[[Command], None] | None = None  # its StepCall went, never awaited
+    # The engine's bookkeeping of the command while it runs it (`execution`):
+    gate: int = 0  # results up to this seq must be durable before the lifecycle starts
+    recording: bool = False  # the outcome is known, its record is being written
+    wait: Wait | None = None
+    timer: asyncio.TimerHandle | None = None
+    poked: bool = False  # taken up again because something may have arrived
+    poke_kept: bool = False  # a poke found it busy: taken up when it waits again
+    active: bool = False  # its lifecycle is running
+    abandoned: bool = False  # the workflow stopped awaiting it
+    body: asyncio.Future[Any] | None = None
+    in_thread: bool = False  # `body` is a sync body's thread: it cannot be interrupted
+    step_context: StepContext | None = None
+    value: Any = None
+    settled: bool = False
+    child_run_id: str | None = None  # a child's, once its lifecycle has named it
+
+
+class StepCall(Generic[T]):
+    """What a step method returns: await it (directly, or through gather/wait)."""
+
+    __slots__ = ("_cmd",)
+
+    def __init__(self, cmd: Command) -> None:
+        self._cmd = cmd
+
+    def __await__(self) -> Generator[Any, None, T]:
+        self._cmd.awaited = True
+        return (yield from self._cmd.future.__await__())  # type: ignore[no-any-return]
+
+    def __del__(self) -> None:
+        # A forgotten await: CPython drops the call's result right after its statement, as
+        # it does an un-awaited coroutine's, so the workflow is told before its next step.
+        cmd = self._cmd
+        if not cmd.awaited and cmd.dropped is not None:
+            cmd.dropped(cmd)
+
+    def __repr__(self) -> str:
+        return f"<step {self._cmd.name!r} at position {self._cmd.position}>"
+
+
+def never_awaited(cmd: Command) -> WorkflowMisuseError:
+    return WorkflowMisuseError(f"step {cmd.name!r} at position {cmd.position} was never "
+                               "awaited: did you forget await?")  # fmt: skip
+
+
+def error_for(rec: Recorded) -> BaseException:
+    """The exception a workflow receives for a step recorded as failed for good."""
+    error = rec.error or {}
+    if rec.kind == "child":
+        return child_error(error)
+    return StepFailedError(rec.step, error, rec.attempt)
+
+
+def child_error(error: dict[str, Any]) -> Exception:
+    if error.get("type") == "WorkflowTimeoutError":
+        return WorkflowTimeoutError(error.get("message"))
+    return ChildWorkflowError(
+        error.get("child_run_id", "?"), error.get("status", "failed"), error.get("child_error")
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def signature(fn: Callable[..., Any]) -> tuple[bool, Any, bool]:
+    """(takes a StepContext first, return annotation or Any, is a coroutine function)."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    params = list(inspect.signature(fn).parameters.values())
+    first = params[0] if params else None
+    wants_ctx = first is not None and (
+        hints.get(first.name) is StepContext or "StepContext" in str(first.annotation)
+    )
+    ret = hints.get("return", Any)
+    if ret is type(None) or ret is None:
+        ret = Any
+    return wants_ctx, ret, inspect.iscoroutinefunction(fn)
+
+
+@dataclass
+class Body:
+    """A function step's body and how to run and retry it."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    retry: RetryPolicy = STEP_DEFAULT
+    timeout: float | None = None
+    sig: tuple[bool, Any, bool] = (False, Any, True)
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SignalWait:
+    signal: str
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class SignalSend:
+    signal: str
+    data_json: str
+    key: str | None
+    run_id: str | None
+    expires_s: float | None
+
+
+@dataclass(frozen=True)
+class SetEvent:
+    value_json: str
+
+
+@dataclass(frozen=True)
+class Child:
+    workflow: Definition[Any, Any]
+    input: Any
+    timeout: float | None
+    on_parent_close: str
+
+
+def child_run_id(run_id: str, position: int, attempt: int = 1) -> str:
+    """Deterministic: a replay that reaches the same call names the same child, and so does
+    a later workflow attempt (see `_take_over`): the child is a function of the parent run
+    and the position. Only a child replaced by one of other work takes the attempt too."""
+    key = f"{run_id}/{position}" if attempt == 1 else f"{run_id}/{position}/{attempt}"
+    return uuid.uuid5(CHILD_NAMESPACE, key).hex

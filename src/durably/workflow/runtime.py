@@ -1,0 +1,49 @@
+"""What the step API (`ctx.step`, `ctx.patched`) needs of the run it issues commands
+into. The engine's `Execution` is one; `durably.testing.replay` is another, which runs no
+step and writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..store.history import History
+from .commands import Command
+
+
+class Runtime(Protocol):
+    """A run whose workflow code issues commands, one position after another."""
+
+    max_payload: int
+    history: History  # what the run recorded before this pass
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The workflow's own loop (see `execution.loop`): futures are made on it."""
+        ...
+
+    def issue(self, make: Callable[[int], Command], name: str, kind: str) -> Command:
+        """Give the workflow's next command its position (`make(position)` builds it) and
+        check it against history; raises if the code cannot go on (replay diverged)."""
+        ...
+
+    def next_position(self) -> int:
+        """The position the next command will take."""
+        ...
+
+    def encode(self, value: Any, what: str) -> str:
+        """`value` as the JSON to record, refused (InvalidInput) as the engine refuses it."""
+        ...
+
+    def marker_pending(self, position: int) -> None:
+        """A patch marker at `position` is to be recorded: nothing issued after it starts
+        before it is durable."""
+        ...
+
+    def poison(self, error: BaseException) -> None:
+        """The code did what cannot be replayed: the run goes no further (it fails)."""
+        ...
