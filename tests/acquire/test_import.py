@@ -147,7 +147,7 @@ def test_too_little_free_space_fails_clearly_and_writes_nothing(
 # SQLite only: time skipping no longer polls (it waits on the worker's activity), so
 # what is left is the engine's own work, 2888 resumed runs (a claim, a replay, a check
 # and a few records each): about 50 s here on SQLite, over 2 minutes on PostgreSQL, where
-# time skipping is covered by tests/integration/test_seven_days.py and test_testing_kit.py.
+# time skipping is covered by tests/integration/testing/test_seven_days.py and test_testing_kit.py.
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 @pytest.mark.timeout(scaled(600))  # 2888 checks, each a resumed run: minutes when loaded
 async def test_a_30_day_download_with_time_skipped(

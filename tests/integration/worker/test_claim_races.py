@@ -22,7 +22,7 @@ import pytest
 from durably import Durably
 from durably.store.records import Lease, PendingStep
 from tests.helpers import duration, eventually, scaled
-from tests.integration.test_signals_between_attempts import (
+from tests.integration.execution.test_signals_between_attempts import (
     _HOLD_WAIT_END,
     SEND,
     _waiting,

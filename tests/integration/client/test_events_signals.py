@@ -13,7 +13,7 @@ from durably.backends.postgres import transactions
 from durably.backends.postgres.connector import CONFLICT_TRIES
 from durably.core.errors import DatabaseConflict
 from tests.helpers import duration, eventually, scaled
-from tests.integration.test_result_wakeup import listening_backends
+from tests.integration.client.test_result_wakeup import listening_backends
 
 
 async def test_events_are_durable_latest_wins_and_wake_a_waiting_reader(db_url: str) -> None:
