@@ -11,9 +11,10 @@ from typing import Any, Protocol
 
 from ..core.clock import Clock
 from ..store.history import History
-from ..store.records import Lease, PendingStep
+from ..store.records import Lease
 from ..store.store import Store
 from ..workflow.commands import Command
+from .runlog import RunLog
 
 
 class Claimed(Protocol):
@@ -27,6 +28,7 @@ class Claimed(Protocol):
     threads: Executor | None  # where sync step bodies run
     heartbeat: Callable[[], Coroutine[Any, Any, None]]  # renews the lease now
     interrupting: bool  # the engine is cancelling the run's bodies
+    log: RunLog  # the run's log: outcomes take the next `seq`, reach the workflow in order
     max_payload: int
 
     @property
@@ -47,25 +49,4 @@ class Claimed(Protocol):
     @staticmethod
     def is_engine_failure(exc: BaseException) -> bool: ...
 
-    # The run's log (see `runlog`): outcomes take the next `seq` and reach the workflow
-    # in that order.
-    def reserve(self) -> int: ...
-
-    def unreserve(self, seq: int) -> None: ...
-
-    def publish(
-        self, seq: int, cmd: Command, value: Any = None, error: BaseException | None = None,
-        record: PendingStep | None = None,
-    ) -> None: ...  # fmt: skip
-
-    async def record(self, step: PendingStep) -> None: ...
-
-    async def settle(
-        self, cmd: Command, step: PendingStep, value: Any = None, error: BaseException | None = None
-    ) -> None: ...
-
-    async def settle_durable(self, cmd: Command, step: PendingStep, value: Any) -> None: ...
-
     async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None: ...
-
-    def marker_durable(self, position: int) -> None: ...

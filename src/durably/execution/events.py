@@ -20,12 +20,12 @@ from .claimed import Claimed
 
 async def run_set_event(x: Claimed, cmd: Command, spec: SetEvent) -> None:
     attempt = x.new_attempt(cmd.position)
-    seq = x.reserve()
+    seq = x.log.reserve()
     try:
         await Operations(x.store).set_event(
             x.lease, cmd.position, attempt, cmd.name, seq, spec.value_json
         )
     except BaseException:
-        x.unreserve(seq)
+        x.log.unreserve(seq)
         raise
-    x.publish(seq, cmd, value=None)
+    x.log.publish(seq, cmd, value=None)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends import Row
 from ..core import telemetry as _telemetry
 from ..core.clock import Clock
-from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode
+from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode, validate
 from ..core.errors import (
     DatabaseUnavailable,
     DeadlineExceeded,
@@ -43,7 +43,7 @@ from ..core.errors import (
 from ..store.confirm import ClaimConfirmation
 from ..store.history import History
 from ..store.recorder import StepRecorder
-from ..store.records import Lease, RunEnd
+from ..store.records import Lease, PendingStep, RunEnd
 from ..store.store import Store
 from ..workflow.commands import Command, error_for, never_awaited
 from ..workflow.context import WorkflowContext
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("durably.worker")
 
 
-class Execution(RunLog, LiveWaits, Lifecycles):
+class Execution(LiveWaits, Lifecycles):
     """One claim of one run, from replay to park or finish."""
 
     def __init__(
@@ -109,7 +109,8 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         self._active: dict[asyncio.Task[None], Command] = {}
         self.concluded = False
         self.interrupting = False  # bodies are being cancelled by the engine
-        self._init_log(self.history.max_seq)
+        self._changed = asyncio.Event()  # the drive looks again
+        self.log = RunLog(self.history.max_seq, self.lease, store, recorder, self, self._changed)
         self.replaying = True
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
@@ -200,7 +201,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
             raise
         cmd = cmd_factory(self._position)
         cmd.recorded = rec
-        cmd.gate = self._delivered
+        cmd.gate = self.log.delivered
         cmd.dropped = self._dropped
         cmd.future.add_done_callback(lambda future: self._awaited_no_more(cmd, future))
         self.commands[cmd.position] = cmd
@@ -220,8 +221,43 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         """The workflow did what cannot be replayed: never drive it again; the run fails."""
         if self.fatal is None:
             self.fatal = error
-        self.wake_gated()
+        self.log.wake_gated()
         self._changed.set()
+
+    # --------------------------------------------------------------- the log's reader
+
+    @property
+    def stopped(self) -> bool:
+        return self.fatal is not None or self.stop is not None
+
+    def receive(self, cmd: Command, outcome: Outcome) -> bool:
+        """Hand one result to the workflow and run it until it blocks again; False if the
+        workflow stopped awaiting it (a `wait_first` loser) and will never receive it."""
+        cmd.settled = True
+        received = not cmd.future.done()
+        if received:
+            if outcome.error is not None:
+                cmd.future.set_exception(outcome.error)
+            else:
+                try:
+                    cmd.future.set_result(_typed(cmd, outcome.value))
+                except InvalidInput as exc:
+                    cmd.future.set_exception(exc)
+        self.loop.run_until_blocked()
+        return received
+
+    def compensable(self, seq: int, cmd: Command) -> None:
+        self.compensations.append((seq, cmd))
+
+    def marker_pending(self, position: int) -> None:
+        self.log.marker_pending(position)
+
+    async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None:
+        if self.stop is not None and self.stop.status is not None:
+            with contextlib.suppress(Exception):
+                await self.log.record(PendingStep(
+                    cmd.position, attempt, cmd.name, cmd.kind, "canceled", elapsed_s=elapsed
+                ))  # fmt: skip
 
     # --------------------------------------------------------------- the run
 
@@ -288,7 +324,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         self.replaying = False
         while not (self.collect_only or self.fatal or self.stop or main.done()):
             self._start_issued()
-            if not (self._active or self._outbox or self._unpublished or self._to_start):
+            if not (self._active or self.log.undelivered() or self._to_start):
                 if await self._park():
                     return None
                 self.poison(WorkflowMisuseError(
@@ -298,7 +334,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
                 break
             self._changed.clear()
             await self._changed.wait()
-            self._deliver()
+            self.log.deliver()
         self._start_issued()  # what the workflow issued as it returned (a child to start)
         return main
 
@@ -325,11 +361,11 @@ class Execution(RunLog, LiveWaits, Lifecycles):
                 if cmd.compensate is not None:
                     cmd.value = value
                     self.compensations.append((rec.seq or 0, cmd))
-                received = self._resolve(cmd, Outcome(value=value))
+                received = self.receive(cmd, Outcome(value=value))
                 if not received and rec.kind == "signal-wait" and rec.delivered:
                     self.give_back(cmd, rec.seq or 0)  # the claim that recorded it did not
             else:
-                self._resolve(cmd, Outcome(error=error_for(rec)))
+                self.receive(cmd, Outcome(error=error_for(rec)))
 
     async def _park(self) -> bool:
         """Everything left waits: park the run until the earliest wake-up. False: nothing waits."""
@@ -414,7 +450,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         Every step record still in flight is made durable first: a step that completed is
         undone, even when its record's own write is late or failed."""
         await self._quiesce(fold=True)
-        await self.write_in_flight()
+        await self.log.write_in_flight()
         done = self._compensated
         todo = [cmd for _, cmd in sorted(self.compensations, key=lambda c: c[0], reverse=True)]
         for cmd in todo:
@@ -427,7 +463,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
     ) -> None:
         self.concluded = True
         children = any(cmd.kind == "child" for cmd in self.commands.values())
-        records = list(self._in_flight.values())
+        records = self.log.in_flight()
         if children:  # its children end with it, in one transaction of its own
             ended = await self.store.finish_run(
                 self.lease, status, output_json, error, children, records
@@ -470,3 +506,9 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         driver.args = (ctx, value) if wf.takes_input else (ctx,)
         self._sync = driver
         return await driver.main()
+
+
+def _typed(cmd: Command, value: Any) -> Any:
+    if cmd.result_type is Any:
+        return value
+    return validate(cmd.result_type, value, "a step result")

@@ -17,7 +17,7 @@ from ..store.records import Lease
 from ..workflow.commands import Command
 from .claimed import Claimed
 from .kinds import run_lifecycle
-from .runlog import Stop
+from .runlog import RunLog, Stop
 
 log = logging.getLogger("durably.worker")
 
@@ -41,9 +41,8 @@ class Lifecycles:
     fatal: BaseException | None
     stop: Any
     poison: Callable[[BaseException], None]
-    wake_gated: Callable[[], None]
     _arm: Callable[[Command], None]
-    _durable_through: Callable[[int, int | None], Coroutine[Any, Any, None]]
+    log: RunLog
     _claimed: Callable[[], Claimed]  # the execution, as its commands' lifecycles see it
 
     def _start_issued(self) -> None:
@@ -74,7 +73,7 @@ class Lifecycles:
 
     async def _lifecycle(self, cmd: Command) -> None:
         try:
-            await self._durable_through(cmd.gate, cmd.position)
+            await self.log.durable_through(cmd.gate, cmd.position)
             if self.stop is None and self.fatal is None:
                 await run_lifecycle(self._claimed(), cmd)
         except Exception as exc:
@@ -99,7 +98,7 @@ class Lifecycles:
         if stop.replaces(self.stop):
             self.stop = stop
         self.interrupt_bodies()
-        self.wake_gated()
+        self.log.wake_gated()
         self._changed.set()
 
     def interrupt_bodies(self) -> None:

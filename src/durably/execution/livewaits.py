@@ -16,7 +16,7 @@ from typing import Any
 from ..store.records import Lease
 from ..store.store import Store
 from ..workflow.commands import Command
-from .runlog import Stop
+from .runlog import RunLog, Stop
 
 
 class LiveWaits:
@@ -35,7 +35,7 @@ class LiveWaits:
     now: Callable[[], Any]
     _spawn: Callable[[Command, Coroutine[Any, Any, None]], None]
     _home_loop: Callable[[], asyncio.AbstractEventLoop]
-    _durable_through: Callable[[int], Coroutine[Any, Any, None]]
+    log: RunLog
 
     def _arm(self, cmd: Command) -> None:
         """A command waits: take it up again at its wake time if this claim still runs
@@ -98,7 +98,7 @@ class LiveWaits:
     async def _give_back(self, cmd: Command, seq: int) -> None:
         assert cmd.signal is not None
         try:
-            await self._durable_through(seq)
+            await self.log.durable_through(seq)
             if self.stop is None and self.fatal is None:  # else the next claim's replay does
                 self._given_to(
                     await self.store.give_back_signal(self.lease, cmd.signal, cmd.position, seq)

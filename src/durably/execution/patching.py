@@ -12,8 +12,8 @@ from .claimed import Claimed
 async def record_marker(x: Claimed, cmd: Command, spec: None) -> None:
     attempt = x.new_attempt(cmd.position, spend=False)
     try:
-        await x.settle_durable(cmd, PendingStep(
+        await x.log.settle_durable(cmd, PendingStep(
             cmd.position, attempt, cmd.name, KIND, "completed", output_json="true",
         ), value=True)  # fmt: skip
     finally:
-        x.marker_durable(cmd.position)
+        x.log.marker_durable(cmd.position)

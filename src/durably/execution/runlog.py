@@ -14,18 +14,13 @@ one whose transaction is still open holds back every later one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ..core.codec import validate
-from ..core.errors import InvalidInput
 from ..store.recorder import StepRecorder
 from ..store.records import Lease, PendingStep
 from ..store.store import Store
 from ..workflow.commands import Command
-from .loop import WorkflowLoop
 
 
 @dataclass(frozen=True)
@@ -57,29 +52,61 @@ class Outcome:
     error: BaseException | None = None
 
 
-class RunLog:
-    """Part of `Execution`: the log's bookkeeping and delivery to the workflow."""
+class Reader(Protocol):
+    """The execution as its log sees it: the workflow that receives the outcomes."""
 
-    loop: WorkflowLoop
-    lease: Lease
-    store: Store
-    recorder: StepRecorder
     commands: dict[int, Command]
-    compensations: list[tuple[int, Command]]
-    fatal: BaseException | None
-    stop: Any
-    halt: Callable[[Any], None]
-    give_back: Callable[[Command, int], None]
 
-    def _init_log(self, max_seq: int) -> None:
+    @property
+    def stopped(self) -> bool:
+        """The workflow is driven no further (it must stop, or cannot go on)."""
+        ...
+
+    def halt(self, stop: Stop) -> None: ...
+
+    def receive(self, cmd: Command, outcome: Outcome) -> bool:
+        """Hand `outcome` to the workflow; False if it stopped awaiting `cmd`."""
+        ...
+
+    def give_back(self, cmd: Command, seq: int) -> None:
+        """Signal wait `cmd` ended (log entry `seq`) after the workflow stopped awaiting
+        it: its signal goes back to the run."""
+        ...
+
+    def compensable(self, seq: int, cmd: Command) -> None:
+        """`cmd` completed durably at `seq` and has an undo."""
+        ...
+
+
+class RunLog:
+    """The log of one execution: each outcome's `seq`, which are durable, and delivery
+    in `seq` order to its `Reader`. `changed` is set whenever the drive should look again."""
+
+    def __init__(
+        self, max_seq: int, lease: Lease, store: Store, recorder: StepRecorder,
+        reader: Reader, changed: asyncio.Event,
+    ) -> None:  # fmt: skip
+        self._lease = lease
+        self._store = store
+        self._recorder = recorder
+        self._reader = reader
+        self.changed = changed
         self._seq = max_seq
         self._unpublished: set[int] = set()  # reserved, outcome unknown: holds later ones
         self._in_flight: dict[int, PendingStep] = {}  # delivered, record not durable yet
-        self._delivered = max_seq
+        self.delivered = max_seq  # the last seq the workflow received
         self._durable_waiter: asyncio.Future[None] | None = None
         self._outbox: dict[int, tuple[Command, Outcome]] = {}
-        self._changed = asyncio.Event()
         self._markers: set[int] = set()  # positions of patch markers not durable yet
+
+    def undelivered(self) -> bool:
+        """Outcomes are yet to reach the workflow (known, or still to be known)."""
+        return bool(self._outbox or self._unpublished)
+
+    def in_flight(self) -> list[PendingStep]:
+        """Records delivered to the workflow and not durable yet (the run's end writes
+        them with it)."""
+        return list(self._in_flight.values())
 
     def reserve(self) -> int:
         """The next position in the run's log, for an outcome about to be known."""
@@ -89,7 +116,7 @@ class RunLog:
 
     def unreserve(self, seq: int) -> None:
         self._unpublished.discard(seq)
-        self._changed.set()
+        self.changed.set()
 
     def publish(
         self, seq: int, cmd: Command, value: Any = None, error: BaseException | None = None,
@@ -103,14 +130,14 @@ class RunLog:
         if record is not None:
             self._in_flight[seq] = record
         elif error is None and cmd.compensate is not None:
-            self.compensations.append((seq, cmd))
+            self._reader.compensable(seq, cmd)
         self._outbox[seq] = (cmd, Outcome(value, error))
-        self._changed.set()
+        self.changed.set()
 
     def _durable(self, seq: int, cmd: Command) -> None:
         record = self._in_flight.pop(seq, None)  # None: noted already (`write_in_flight`)
         if record is not None and record.status == "completed" and cmd.compensate is not None:
-            self.compensations.append((seq, cmd))
+            self._reader.compensable(seq, cmd)
         self.wake_gated()
 
     def wake_gated(self) -> None:
@@ -129,16 +156,12 @@ class RunLog:
         self._markers.discard(position)
         self.wake_gated()
 
-    async def _durable_through(self, seq: int, position: int | None = None) -> None:
+    async def durable_through(self, seq: int, position: int | None = None) -> None:
         """Wait until every result up to `seq` is durable (and, for a command at
         `position`, every patch marker before it), or the execution stops."""
-        while (
-            self.stop is None
-            and self.fatal is None
-            and (
-                (self._in_flight and min(self._in_flight) <= seq)
-                or (position is not None and self._markers and min(self._markers) < position)
-            )
+        while not self._reader.stopped and (
+            (self._in_flight and min(self._in_flight) <= seq)
+            or (position is not None and self._markers and min(self._markers) < position)
         ):
             if self._durable_waiter is None:
                 self._durable_waiter = asyncio.get_running_loop().create_future()
@@ -157,18 +180,18 @@ class RunLog:
         pending = sorted(self._in_flight.items())
         if not pending:
             return
-        lease = self.lease
-        written = await self.store.record_many(
+        lease = self._lease
+        written = await self._store.record_many(
             lease.worker_id, [(lease, step) for _, step in pending]
         )
         if len(written) < len(pending):
-            async with self.store.db.transaction() as tx:
-                await self.store.check_lease(tx, lease)
+            async with self._store.db.transaction() as tx:
+                await self._store.check_lease(tx, lease)
         for seq, step in pending:
-            self._durable(seq, self.commands[step.position])
+            self._durable(seq, self._reader.commands[step.position])
 
     async def record(self, step: PendingStep) -> None:
-        await self.recorder.record(self.lease, step)
+        await self._recorder.record(self._lease, step)
 
     async def settle(
         self, cmd: Command, step: PendingStep, value: Any = None, error: BaseException | None = None
@@ -177,12 +200,12 @@ class RunLog:
         step.seq = self.reserve()
         self.publish(step.seq, cmd, value, error, record=step)
         cmd.recording = True
-        self._changed.set()
-        status = await self.recorder.record(self.lease, step)
+        self.changed.set()
+        status = await self._recorder.record(self._lease, step)
         cmd.recording = False
         self._durable(step.seq, cmd)
         if status == "canceled":  # its NOTIFY did not reach us
-            self.halt(Stop("canceled", "canceled"))
+            self._reader.halt(Stop("canceled", "canceled"))
 
     async def settle_durable(self, cmd: Command, step: PendingStep, value: Any) -> None:
         """Record an outcome as the next entry of the log, and deliver it once durable
@@ -190,7 +213,7 @@ class RunLog:
         step.seq = self.reserve()
         cmd.recording = True
         try:
-            status = await self.recorder.record(self.lease, step)
+            status = await self._recorder.record(self._lease, step)
         except BaseException:
             self.unreserve(step.seq)
             raise
@@ -198,43 +221,15 @@ class RunLog:
             cmd.recording = False
         self.publish(step.seq, cmd, value)
         if status == "canceled":  # its NOTIFY did not reach us
-            self.halt(Stop("canceled", "canceled"))
+            self._reader.halt(Stop("canceled", "canceled"))
 
-    async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None:
-        if self.stop is not None and self.stop.status is not None:
-            with contextlib.suppress(Exception):
-                await self.record(PendingStep(
-                    cmd.position, attempt, cmd.name, cmd.kind, "canceled", elapsed_s=elapsed
-                ))  # fmt: skip
-
-    def _deliver(self) -> None:
-        while self._outbox and self.fatal is None and self.stop is None:
+    def deliver(self) -> None:
+        """Hand the workflow every outcome it may have now, in `seq` order."""
+        while self._outbox and not self._reader.stopped:
             seq = min(self._outbox)
             if self._unpublished and min(self._unpublished) < seq:
                 return
             cmd, outcome = self._outbox.pop(seq)
-            self._delivered = seq
-            if not self._resolve(cmd, outcome) and cmd.kind == "signal-wait":
-                self.give_back(cmd, seq)
-
-    def _resolve(self, cmd: Command, outcome: Outcome) -> bool:
-        """Hand one result to the workflow and run it until it blocks again; False if the
-        workflow stopped awaiting it (a `wait_first` loser) and will never receive it."""
-        cmd.settled = True
-        received = not cmd.future.done()
-        if received:
-            if outcome.error is not None:
-                cmd.future.set_exception(outcome.error)
-            else:
-                try:
-                    cmd.future.set_result(_typed(cmd, outcome.value))
-                except InvalidInput as exc:
-                    cmd.future.set_exception(exc)
-        self.loop.run_until_blocked()
-        return received
-
-
-def _typed(cmd: Command, value: Any) -> Any:
-    if cmd.result_type is Any:
-        return value
-    return validate(cmd.result_type, value, "a step result")
+            self.delivered = seq
+            if not self._reader.receive(cmd, outcome) and cmd.kind == "signal-wait":
+                self._reader.give_back(cmd, seq)

@@ -65,7 +65,7 @@ async def run_function(x: Claimed, cmd: Command, body: Body) -> None:
         await _failed(x, cmd, attempt, exc, body.retry, x.clock.monotonic() - began)
         return
     await start.settle()
-    await x.settle(cmd, PendingStep(
+    await x.log.settle(cmd, PendingStep(
         cmd.position, attempt, cmd.name, cmd.kind, "completed", output_json=output,
         compensable=cmd.compensate is not None, elapsed_s=x.clock.monotonic() - began,
     ), value=decode(output))  # fmt: skip
@@ -187,7 +187,7 @@ async def _failed(
     if final:
         log.warning("run %s: step %r failed for good after %d attempts: %s: %s",
                     x.run_id, cmd.name, failures, error["type"], error["message"])  # fmt: skip
-        await x.settle(cmd, PendingStep(
+        await x.log.settle(cmd, PendingStep(
             cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
             elapsed_s=elapsed,
         ), error=StepFailedError(cmd.name, error, failures))  # fmt: skip
@@ -196,7 +196,7 @@ async def _failed(
     log.info("run %s: step %r attempt %d failed (%s: %s); retrying at %s",
              x.run_id, cmd.name, attempt, error["type"], error["message"],
              retry_at.isoformat(timespec="seconds"))  # fmt: skip
-    await x.record(PendingStep(
+    await x.log.record(PendingStep(
         cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, elapsed_s=elapsed,
         wake_at=retry_at,
     ))  # fmt: skip
@@ -211,7 +211,7 @@ async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
     if _backing_off(x, cmd):
         return
     attempt, began, _ = await _begin(x, cmd, True)
-    seq = x.reserve()
+    seq = x.log.reserve()
     # The body's task, interrupted as any step body is (a cancel, a lost lease): its
     # transaction is rolled back at once, not when the execution's lifecycles end.
     task = asyncio.ensure_future(x.store.transact(
@@ -224,16 +224,16 @@ async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
     try:
         output = await task
     except asyncio.CancelledError:
-        x.unreserve(seq)
+        x.log.unreserve(seq)
         await x.record_canceled(cmd, attempt, x.clock.monotonic() - began)
         return
     except Exception as exc:
-        x.unreserve(seq)
+        x.log.unreserve(seq)
         if x.is_engine_failure(exc):
             raise
         await _failed(x, cmd, attempt, exc, body.retry, x.clock.monotonic() - began)
         return
-    x.publish(seq, cmd, value=decode(output))
+    x.log.publish(seq, cmd, value=decode(output))
 
 
 # ------------------------------------------------------------------ compensations
@@ -257,7 +257,7 @@ async def run_compensation(x: Claimed, cmd: Command) -> None:
             x.history.failed(pos)
             failures = x.history.failures(pos)
             final = isinstance(exc, NonRetryableError) or failures >= STEP_DEFAULT.max_attempts
-            await x.record(PendingStep(
+            await x.log.record(PendingStep(
                 pos, attempt, name, "function", "failed", error=error, final=final,
                 elapsed_s=x.clock.monotonic() - began,
             ))  # fmt: skip
@@ -267,7 +267,7 @@ async def run_compensation(x: Claimed, cmd: Command) -> None:
             await asyncio.sleep(STEP_DEFAULT.delay(failures).total_seconds())
             continue
         await start.settle()
-        await x.record(PendingStep(
+        await x.log.record(PendingStep(
             pos, attempt, name, "function", "completed", output_json="null",
             elapsed_s=x.clock.monotonic() - began,
         ))  # fmt: skip

@@ -62,7 +62,7 @@ async def run_signal_wait(x: Claimed, cmd: Command, spec: SignalWait) -> None:
             # A send fills only a wait that has no signal yet, so what was delivered is
             # final: the wait ends as an ordinary record (group-committed with the others,
             # and with the run's end when that comes first), not in a transaction of its own.
-            await x.settle(cmd, PendingStep(
+            await x.log.settle(cmd, PendingStep(
                 cmd.position, rec.attempt, cmd.name, cmd.kind, "completed",
                 output_json=json.dumps(data, ensure_ascii=False),  # valid, and within limits
             ), value=data)  # fmt: skip
@@ -72,18 +72,18 @@ async def run_signal_wait(x: Claimed, cmd: Command, spec: SignalWait) -> None:
             cmd.wait = Wait(rec.wake_at, f"signal:{signal}", attempt=rec.attempt)
         return
     attempt = x.new_attempt(cmd.position)
-    seq = x.reserve()
+    seq = x.log.reserve()
     try:
         taken, wake_at = await x.store.begin_signal_wait(
             x.lease, cmd.position, attempt, cmd.name, signal, spec.timeout, seq
         )
     except BaseException:
-        x.unreserve(seq)
+        x.log.unreserve(seq)
         raise
     if taken is not None:
-        x.publish(seq, cmd, value=decode(taken))
+        x.log.publish(seq, cmd, value=decode(taken))
         return
-    x.unreserve(seq)
+    x.log.unreserve(seq)
     if wake_at is not None and wake_at <= x.now():
         await _resolve_wait(x, cmd, attempt, signal)
         return
@@ -100,24 +100,24 @@ async def _resolve_wait(
     error: dict[str, Any] | None = None,
 ) -> None:
     """End a recorded wait (a delivered signal's data wins over a timeout's None)."""
-    seq = x.reserve()
+    seq = x.log.reserve()
     try:
         stored = await x.store.resolve_wait(
             x.lease, cmd.position, attempt, signal, status, output, error, seq
         )
     except BaseException:
-        x.unreserve(seq)
+        x.log.unreserve(seq)
         raise
     if status == "completed":
-        x.publish(seq, cmd, value=decode(stored))
+        x.log.publish(seq, cmd, value=decode(stored))
     else:
         assert error is not None
-        x.publish(seq, cmd, error=child_error(error))
+        x.log.publish(seq, cmd, error=child_error(error))
 
 
 async def run_send_signal(x: Claimed, cmd: Command, spec: SignalSend) -> None:
     attempt = x.new_attempt(cmd.position)
-    seq = x.reserve()
+    seq = x.log.reserve()
     try:
         result = await x.store.send_signal_step(
             x.lease, cmd.position, attempt, cmd.name, seq, spec.signal, spec.data_json,
@@ -125,16 +125,16 @@ async def run_send_signal(x: Claimed, cmd: Command, spec: SignalSend) -> None:
             spec.expires_s,
         )  # fmt: skip
     except Exception as exc:
-        x.unreserve(seq)
+        x.log.unreserve(seq)
         if x.is_engine_failure(exc):
             raise
         # A refused send (the addressed run is finished, or unknown) fails the step.
         error = describe(exc)
-        await x.settle(cmd, PendingStep(
+        await x.log.settle(cmd, PendingStep(
             cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
         ), error=StepFailedError(cmd.name, error))  # fmt: skip
         return
-    x.publish(seq, cmd, value=result)
+    x.log.publish(seq, cmd, value=result)
 
 
 # ------------------------------------------------------------------ children
@@ -155,7 +155,7 @@ async def run_child(x: Claimed, cmd: Command, spec: Child) -> None:
         )  # fmt: skip
     except InvalidInput as exc:
         error = describe(exc)
-        await x.settle(cmd, PendingStep(
+        await x.log.settle(cmd, PendingStep(
             cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error, final=True,
         ), error=StepFailedError(cmd.name, error))  # fmt: skip
         return
