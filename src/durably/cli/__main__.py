@@ -1,3 +1,3 @@
-from durably.cli import main
+from durably.cli.main import main
 
 main()
