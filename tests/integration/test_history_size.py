@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from durably import Durably
+from durably.backends.postgres.connector import _configure_engine
 from tests.helpers import duration, eventually
 
 SCHEMA = "history"
@@ -203,7 +204,7 @@ async def test_no_postgresql_statement_of_the_engine_reads_a_whole_history_table
     whole = []
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await _fill(conn)
-        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await _configure_engine(conn)  # planned as the engine's connections plan
         for name, statements in _queries.load(package, "named").items():
             if name in OPERATOR | planned_each_call:
                 continue
@@ -319,7 +320,7 @@ async def test_no_engine_statement_reads_runs_by_status_after_a_burst(pg_url: st
             FROM generate_series(1, {FINISHED}) g""")
         await conn.execute(f"ANALYZE {SCHEMA}.runs")
         await conn.execute(f"UPDATE {SCHEMA}.runs SET status = 'running'")  # the burst
-        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        await _configure_engine(conn)  # planned as the engine's connections plan
         # Counting running runs per queue is what runs_status is for.
         skipped = OPERATOR | _queries.marked(package, "plan: each call") | {"queue_counts"}
         for name, statements in _queries.load(package, "named").items():
