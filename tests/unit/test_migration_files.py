@@ -23,7 +23,7 @@ def _outside(package: str) -> list[tuple[str, str]]:
 
 def test_postgres_builds_the_claim_indexes_outside_a_transaction() -> None:
     names = [name for name, _ in _outside("durably.backends.postgres")]
-    assert names == ["0011_claim_by_namespace.sql"]
+    assert names == ["0011_claim_by_namespace.sql", "0018_due_by_status.sql"]
 
 
 @pytest.mark.parametrize("name, text", _outside("durably.backends.postgres"))

@@ -61,6 +61,12 @@ async def _configure_engine(conn: psycopg.AsyncConnection[Any]) -> None:
     # The setting holds for every statement with parameters, prepared or not: what must
     # be planned otherwise (a user's body, an operator's query) runs on `_Pools.plain`.
     await conn.execute("SET plan_cache_mode = force_generic_plan")
+    # A plan made once lasts the connection's life, whatever the tables grow to: one made
+    # on a fresh schema (the planner counts 10 pages of runs) read the runs a claim locked
+    # by a scan of the table, and went on doing so, 100k runs later, until an ANALYZE
+    # (issue 26 item 15). Every statement here reads its rows by index; a table with none
+    # that serves it (workers, queues: a few rows) is still scanned.
+    await conn.execute("SET enable_seqscan = off")
 
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]

@@ -12,6 +12,10 @@
 -- The engine's statements are prepared and planned once, generically (see the connector);
 -- `-- plan: each call` marks the few whose plan depends on their parameters (optional
 -- filters, cut-off times): they are planned with them every time.
+-- Such a plan outlives the table sizes it was made for: rows that a statement found in
+-- one of its CTEs are looked up from an array of their ids (`= ANY(ARRAY(...))`), not
+-- joined: a join planned on a fresh schema read a whole index on every call once the table
+-- had grown (issue 26 item 15; the connector also turns seq scans off for the same reason).
 
 -- name: insert_run
 WITH ins AS (
@@ -434,7 +438,7 @@ WITH v AS (
     RETURNING 1
 ), leftover AS (
     UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
-    FROM done WHERE a.run_id = done.id AND a.status = 'running'
+    WHERE a.run_id = ANY(ARRAY(SELECT id FROM done)) AND a.status = 'running'
       AND (a.position, a.attempt) NOT IN (SELECT position, attempt FROM v)
     RETURNING a.id
 ), parent AS (
@@ -516,7 +520,7 @@ WITH e AS (
     RETURNING 1
 ), leftover AS (
     UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
-    FROM done WHERE a.run_id = done.id AND a.status = 'running'
+    WHERE a.run_id = ANY(ARRAY(SELECT id FROM done)) AND a.status = 'running'
       AND (a.run_id, a.position, a.attempt) NOT IN (SELECT run_id, position, attempt FROM v)
     RETURNING a.id
 ), parent AS (
@@ -560,7 +564,7 @@ WITH RECURSIVE tree AS (
     ) c
 )
 SELECT r.id, r.status FROM {schema}.runs r
-WHERE r.id IN (SELECT id FROM tree UNION ALL SELECT parent_run_id FROM tree WHERE id = :run_id)
+WHERE r.id = ANY(ARRAY(SELECT id FROM tree UNION ALL SELECT parent_run_id FROM tree WHERE id = :run_id))
   AND (r.id = :run_id OR (r.status IN ('pending', 'running', 'waiting')) IS TRUE)
 ORDER BY r.id
 FOR NO KEY UPDATE;
@@ -596,11 +600,12 @@ WITH RECURSIVE tree AS (  -- read as in lock_tree
                          WHERE s.run_id = r.id AND s.compensable AND s.status = 'completed')
             THEN now() END,
         lease_expires_at = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.lease_expires_at END
-    FROM tree WHERE r.id = tree.id AND (r.status IN ('pending', 'running', 'waiting')) IS TRUE
+    WHERE r.id = ANY(ARRAY(SELECT id FROM tree))
+      AND (r.status IN ('pending', 'running', 'waiting')) IS TRUE
     RETURNING r.id, r.parent_run_id, r.worker_id
 ), attempts AS (
     UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
-    FROM canceled WHERE a.run_id = canceled.id AND a.status = 'running'
+    WHERE a.run_id = ANY(ARRAY(SELECT id FROM canceled)) AND a.status = 'running'
     RETURNING a.id
 ), parent AS (
     UPDATE {schema}.runs p SET
