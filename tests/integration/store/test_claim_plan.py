@@ -16,7 +16,7 @@ import pytest
 from durably import Durably
 from durably.backends import _queries
 from durably.backends.postgres.connector import _configure_engine
-from tests.integration.test_history_size import PARAM, _numbered
+from tests.integration.store.test_history_size import PARAM, _numbered
 
 SCHEMA = "claimplan"
 BURST = 100_000  # pending runs of (flow, v1), which no worker serves, due before the rest
