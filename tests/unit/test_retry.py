@@ -41,3 +41,23 @@ def test_a_bad_interval_is_refused_where_the_policy_is_written(interval: object)
         RetryPolicy(initial_interval=interval)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):
         RetryPolicy(maximum_interval=interval)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_attempts": float("nan")},
+        {"max_attempts": 0},
+        {"max_attempts": 2.5},
+        {"max_attempts": True},
+        {"max_attempts": "3"},
+        {"backoff_coefficient": float("nan")},
+        {"backoff_coefficient": float("inf")},
+        {"backoff_coefficient": 0.5},  # waits that shrink
+        {"backoff_coefficient": "2"},
+    ],
+)
+def test_bad_numbers_are_refused_where_the_policy_is_written(options: dict[str, object]) -> None:
+    # OpenWorkflow's suite: they were taken, and failed later as an "unexpected error".
+    with pytest.raises(ConfigurationError, match="RetryPolicy"):
+        RetryPolicy(**options)  # type: ignore[arg-type]

@@ -202,6 +202,12 @@ class App(OperatingApi):
             )  # fmt: skip
             if plan is not None and wf.takes_input:
                 wf.parse_input({"scheduled_at": "2026-01-01T00:00:00+00:00"})
+            if (wf.name, wf.version) in self.workflows:
+                raise ConfigurationError(
+                    f"workflow {wf.name}@{wf.version} is registered already (by "
+                    f"{self.workflows[(wf.name, wf.version)].fn.__qualname__}); a changed "
+                    "workflow takes a new version, or ctx.patched() for runs in flight"
+                )
             self.workflows[(wf.name, wf.version)] = wf
             return wf
 

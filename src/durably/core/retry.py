@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 
 from .durations import Duration, parse_duration
+from .errors import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,22 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         # Refused where the policy is written, not at a failed attempt deep in the engine.
+        attempts, coefficient = self.max_attempts, self.backoff_coefficient
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigurationError(
+                f"RetryPolicy: max_attempts must be a whole number ≥ 1 (1: no retry), "
+                f"not {attempts!r}"
+            )
+        if (
+            isinstance(coefficient, bool)
+            or not isinstance(coefficient, int | float)
+            or not math.isfinite(coefficient)
+            or coefficient < 1
+        ):
+            raise ConfigurationError(
+                f"RetryPolicy: backoff_coefficient must be a finite number ≥ 1 (1: equal "
+                f"waits), not {coefficient!r}"
+            )
         parse_duration(self.initial_interval)
         parse_duration(self.maximum_interval)
 

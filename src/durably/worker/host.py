@@ -19,6 +19,7 @@ from ..workflow.queue import Queue
 class Host(Protocol):
     """The registry, the store and the limits a worker executes runs with."""
 
+    url: str
     clock: Clock
     namespace: str
     store: Store

@@ -32,6 +32,7 @@ from . import retention as _retention
 from .claimer import Claimer
 from .host import Host
 from .scheduler import Scheduler
+from .startline import start_line
 from .watchdog import LoopWatchdog
 
 log = logging.getLogger("durably.worker")
@@ -137,7 +138,7 @@ class Worker:
         housekeeping = _retention.start(self.app, self.worker_id, self._stopping)
         watchdog = LoopWatchdog(loop, threshold=max(1.0, min(5.0, self.heartbeat_s)))
         watchdog.start()
-        log.info("worker %s started (%d slots)", self.worker_id, self.concurrency)
+        log.info("%s", start_line(self.app, self.worker_id, self.concurrency))
         try:
             await self._claim_loop()
             await self._drain()

@@ -182,7 +182,12 @@ class SqliteConnector:
         if self.read_only:
             target = f"file:{quote(self.path)}?mode=ro"
         elif self.path not in (":memory:", "") and not self.path.startswith("file:"):
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a file where a folder goes, no permission
+                raise ConfigurationError(
+                    f"SQLite database {self.path!r}: its folder cannot be made: {exc}"
+                ) from exc
         conn = sqlite3.connect(target, uri=self.read_only, isolation_level=None,
                                check_same_thread=False, timeout=30.0,
                                factory=EngineConnection)  # fmt: skip
