@@ -486,6 +486,7 @@ class Execution(LiveWaits, Lifecycles):
         ctx = WorkflowContext(
             run_id=self.run_id, workflow=wf.name, version=wf.version,
             attempt=self.row["attempts"], step=self.steps, input=value,
+            created_at=self.row["created_at"], started_at=self.row["started_at"],
         )  # fmt: skip
         if not wf.takes_input:
             return await wf.fn(ctx)
@@ -501,7 +502,8 @@ class Execution(LiveWaits, Lifecycles):
         )  # fmt: skip
         ctx = SyncWorkflowContext(
             self.run_id, wf.name, wf.version, self.row["attempts"],
-            SyncStepApi(self.steps, driver), value,
+            SyncStepApi(self.steps, driver), value, self.row["created_at"],
+            self.row["started_at"],
         )  # fmt: skip
         driver.args = (ctx, value) if wf.takes_input else (ctx,)
         self._sync = driver

@@ -12,6 +12,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core.codec import canonical, encode, validate
@@ -102,11 +103,12 @@ def _start(
     if wf.sync:
         driver = SyncDriver(wf.fn, (), f"durably-replay-{run['run_id']}", replayer.poison)
         sync_ctx = SyncWorkflowContext(run["run_id"], wf.name, wf.version, attempt,
-                                       SyncStepApi(steps, driver), value)  # fmt: skip
+                                       SyncStepApi(steps, driver), value,
+                                       *_times(run))  # fmt: skip
         driver.args = (sync_ctx, value) if wf.takes_input else (sync_ctx,)
         return replayer.loop.create_task(driver.main()), driver
-    ctx = WorkflowContext(run_id=run["run_id"], workflow=wf.name, version=wf.version,
-                          attempt=attempt, step=steps, input=value)  # fmt: skip
+    ctx = WorkflowContext(run["run_id"], wf.name, wf.version, attempt, steps, value,
+                          *_times(run))  # fmt: skip
     args = (ctx, value) if wf.takes_input else (ctx,)
     return replayer.loop.create_task(wf.fn(*args)), None
 
@@ -190,6 +192,15 @@ class _Replayer:
                 self._position + 1, "the end of the run's history (the run completed)",
                 "nothing, yet it has not returned (it waits on a step it did not issue)",
             )  # fmt: skip
+
+
+def _times(run: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """The run's `created_at` and `started_at`, as the export wrote them (ISO text)."""
+    out = []
+    for key in ("created_at", "started_at"):
+        value = run.get(key)
+        out.append(datetime.fromisoformat(value) if isinstance(value, str) else value)
+    return out[0], out[1]
 
 
 def _entries(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:

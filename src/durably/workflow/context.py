@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
 from .patching import deprecate_patch, patched
@@ -19,7 +20,7 @@ T5 = TypeVar("T5")
 T6 = TypeVar("T6")
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkflowContext:
     """Handed to a workflow function as its first argument.
 
@@ -33,6 +34,11 @@ class WorkflowContext:
         attempt: the workflow attempt (1 until a workflow-level retry).
         step: the durable step API (`run`, `sleep`, `wait_for_signal`, `transaction`,
             `run_workflow`, `start_workflow`, `send_signal`).
+        input: the run's input, as the workflow's annotation types it.
+        created_at: when the run was started (`start()`).
+        started_at: when a worker first claimed it.
+
+    All of it is read-only, and the same on every replay of the run.
     """
 
     run_id: str
@@ -41,6 +47,8 @@ class WorkflowContext:
     attempt: int
     step: StepApi
     input: Any = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
 
     def patched(self, patch_id: str) -> Awaitable[bool]:
         """Whether this run takes the code path added by patch `patch_id`: True for a run

@@ -10,6 +10,8 @@ run concurrently and are waited for with `handle.result()`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, TypeVarTuple, overload
 
 from ..core.durations import Duration
@@ -220,6 +222,7 @@ class SyncStepApi:
         return self._driver.call(request, what)
 
 
+@dataclass(frozen=True, eq=False)
 class SyncWorkflowContext:
     """Handed to a sync workflow (a plain `def`) as its first argument.
 
@@ -242,18 +245,17 @@ class SyncWorkflowContext:
         version: the workflow's version.
         attempt: the workflow attempt (1 until a workflow-level retry).
         step: the durable step API; each method returns its step's result.
+        input, created_at, started_at: as `WorkflowContext`'s (all read-only).
     """
 
-    def __init__(
-        self, run_id: str, workflow: str, version: str, attempt: int, step: SyncStepApi,
-        input: Any = None,
-    ) -> None:  # fmt: skip
-        self.run_id = run_id
-        self.workflow = workflow
-        self.version = version
-        self.attempt = attempt
-        self.step = step
-        self.input = input
+    run_id: str
+    workflow: str
+    version: str
+    attempt: int
+    step: SyncStepApi
+    input: Any = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
 
     def patched(self, patch_id: str) -> bool:
         """Whether this run takes the code path added by patch `patch_id` (see
