@@ -164,7 +164,7 @@ async def run_child(x: Claimed, cmd: Command, spec: Child) -> None:
     child_id = cmd.child_run_id = new.run_id
     assert child_id is not None
     wake_at, created = await x.store.start_child(
-        x.lease, cmd.position, attempt, cmd.name, new, spec.timeout
+        x.lease, cmd.position, attempt, cmd.name, new, _timeout(x, spec)
     )
     if created:
         cmd.wait = Wait(wake_at, f"child:{child_id}", attempt=attempt, child_run_id=child_id)
@@ -228,3 +228,10 @@ async def check_child(
             "child_run_id": child.run_id, "status": child.status, "child_error": child.error,
         }  # fmt: skip
     await _resolve_wait(x, cmd, attempt, None, status="failed", error=error)
+
+
+def _timeout(x: Claimed, spec: Child) -> float | None:
+    """A child's timeout in seconds from now (an absolute one passed already: at once)."""
+    if spec.deadline is None:
+        return spec.timeout
+    return max((spec.deadline - x.now()).total_seconds(), 0.0)

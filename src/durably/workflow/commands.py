@@ -189,8 +189,9 @@ class SetEvent:
 class Child:
     workflow: Definition[Any, Any]
     input: Any
-    timeout: float | None
+    timeout: float | None  # seconds from its start
     on_parent_close: str
+    deadline: datetime | None = None  # or an instant
 
 
 def child_run_id(run_id: str, position: int, attempt: int = 1) -> str:

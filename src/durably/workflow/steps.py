@@ -11,10 +11,12 @@ inside a step body fails it too. A child handle (`start_workflow`) may be left a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, overload
 
 from ..core.codec import encode
 from ..core.durations import Duration, seconds_of
+from ..core.errors import InvalidInput
 from ..core.retry import STEP_DEFAULT, RetryPolicy
 from ..store.sends import check_signal_name
 from .commands import (
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from .definition import Definition
     from .runtime import Runtime
 
+Until = Duration | datetime  # a child's timeout: how long, or until when
 Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
 Conn = TypeVar("Conn")  # the driver connection a transaction body receives
@@ -228,22 +231,23 @@ class StepApi:
     @overload
     def run_workflow(
         self, workflow: Definition[None, Out], input: None = None, *,
-        timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
+        timeout: Until | None = None, name: str | None = None, on_parent_close: str = "cancel",
     ) -> StepCall[Out]: ...  # fmt: skip
 
     @overload
     def run_workflow(
-        self, workflow: Definition[In, Out], input: In, *, timeout: Duration | None = None,
+        self, workflow: Definition[In, Out], input: In, *, timeout: Until | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> StepCall[Out]: ...  # fmt: skip
 
     def run_workflow(
-        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Until | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> StepCall[Any]:  # fmt: skip
         """Start `workflow` as a child and wait durably for its result.
 
         Args:
+            timeout: how long to wait (a duration), or until when (an aware datetime).
             on_parent_close: "cancel" (default) cancels the child when this run ends
                 (cancel, deadline, failure) before it; "abandon" lets it run on.
 
@@ -258,17 +262,17 @@ class StepApi:
     @overload
     def start_workflow(
         self, workflow: Definition[None, Out], input: None = None, *,
-        timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
+        timeout: Until | None = None, name: str | None = None, on_parent_close: str = "cancel",
     ) -> ChildHandle[Out]: ...  # fmt: skip
 
     @overload
     def start_workflow(
-        self, workflow: Definition[In, Out], input: In, *, timeout: Duration | None = None,
+        self, workflow: Definition[In, Out], input: In, *, timeout: Until | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> ChildHandle[Out]: ...  # fmt: skip
 
     def start_workflow(
-        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Until | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> ChildHandle[Any]:  # fmt: skip
         """Start `workflow` as a child now; await the returned handle for its result later.
@@ -281,15 +285,18 @@ class StepApi:
         return handle
 
     def _child(
-        self, workflow: Definition[Any, Any], input: Any, timeout: Duration | None,
+        self, workflow: Definition[Any, Any], input: Any, timeout: Until | None,
         name: str | None, on_parent_close: str,
     ) -> ChildHandle[Any]:  # fmt: skip
         if on_parent_close not in ("cancel", "abandon"):
             raise ValueError("on_parent_close must be 'cancel' or 'abandon'")
-        spec = Child(
-            workflow, input,
-            _seconds(timeout, f"the timeout of child {name or workflow.name!r}"), on_parent_close,
-        )  # fmt: skip
+        what = f"the timeout of child {name or workflow.name!r}"
+        if isinstance(timeout, datetime):  # absolute: the lifecycle counts from its start
+            if timeout.tzinfo is None:
+                raise InvalidInput(f"{what}: a datetime needs a time zone: {timeout!r}")
+            spec = Child(workflow, input, None, on_parent_close, deadline=timeout)
+        else:
+            spec = Child(workflow, input, _seconds(timeout, what), on_parent_close)
         result_type = Any if workflow.output_type is type(None) else workflow.output_type
         cmd = self._issue(name or f"child:{workflow.name}", "child", spec, result_type=result_type)
         rec = cmd.recorded

@@ -19,7 +19,7 @@ from ..core.errors import WorkflowMisuseError
 from ..core.retry import RetryPolicy
 from .patching import deprecate_patch, patched
 from .stepcontext import StepContext
-from .steps import ChildHandle, StepApi
+from .steps import ChildHandle, StepApi, Until
 from .syncflow import SyncDriver
 
 if TYPE_CHECKING:
@@ -167,17 +167,17 @@ class SyncStepApi:
     @overload
     def run_workflow(
         self, workflow: Definition[None, Out], input: None = None, *,
-        timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
+        timeout: Until | None = None, name: str | None = None, on_parent_close: str = "cancel",
     ) -> Out: ...  # fmt: skip
 
     @overload
     def run_workflow(
-        self, workflow: Definition[In, Out], input: In, *, timeout: Duration | None = None,
+        self, workflow: Definition[In, Out], input: In, *, timeout: Until | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> Out: ...  # fmt: skip
 
     def run_workflow(
-        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Until | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> Any:  # fmt: skip
         """Start `workflow` as a child and wait durably for its result (see
@@ -192,17 +192,17 @@ class SyncStepApi:
     @overload
     def start_workflow(
         self, workflow: Definition[None, Out], input: None = None, *,
-        timeout: Duration | None = None, name: str | None = None, on_parent_close: str = "cancel",
+        timeout: Until | None = None, name: str | None = None, on_parent_close: str = "cancel",
     ) -> SyncChildHandle[Out]: ...  # fmt: skip
 
     @overload
     def start_workflow(
-        self, workflow: Definition[In, Out], input: In, *, timeout: Duration | None = None,
+        self, workflow: Definition[In, Out], input: In, *, timeout: Until | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> SyncChildHandle[Out]: ...  # fmt: skip
 
     def start_workflow(
-        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Duration | None = None,
+        self, workflow: Definition[Any, Any], input: Any = None, *, timeout: Until | None = None,
         name: str | None = None, on_parent_close: str = "cancel",
     ) -> SyncChildHandle[Any]:  # fmt: skip
         """Start `workflow` as a child now; `handle.result()` waits for it later.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from durably import ChildWorkflowError, Durably, RetryPolicy, StepFailedError, WorkflowTimeoutError
@@ -129,3 +130,36 @@ async def test_a_retry_calling_with_other_input_replaces_the_earlier_child(db_ur
         assert (await app.get_run(first.run_id)).status == "canceled"
         await app.send_signal("go:2", None)
         assert await handle.result(timeout=scaled(20)) == [2, second.run_id]
+
+
+async def test_a_childs_timeout_may_be_an_instant(db_url: str) -> None:
+    # OpenWorkflow's suite: run_workflow(..., timeout=) takes an absolute time too.
+    app = Durably(db_url)
+    release = asyncio.Event()
+
+    @app.workflow(name="slow-child", version="v1")
+    async def slow_child(ctx: Any) -> str:
+        return await ctx.step.run("wait", release.wait) and "done"
+
+    @app.workflow(name="deadline-parent", version="v1")
+    async def parent(ctx: Any, until: str) -> str:
+        try:
+            timeout = datetime.fromisoformat(until)
+            return str(await ctx.step.run_workflow(slow_child, timeout=timeout))
+        except WorkflowTimeoutError:
+            return "timed out"
+
+    @app.workflow(name="naive-parent", version="v1")
+    async def naive(ctx: Any) -> str:
+        try:
+            await ctx.step.run_workflow(slow_child, timeout=datetime(2030, 1, 1))
+        except Exception as exc:
+            return type(exc).__name__
+        return "no error"
+
+    async with app, app.worker(concurrency=4):
+        until = datetime.now(UTC) + timedelta(seconds=scaled(1))
+        handle = await parent.start(until.isoformat())
+        assert await handle.result(timeout=scaled(10)) == "timed out"
+        release.set()
+        assert await (await naive.start()).result(timeout=scaled(10)) == "InvalidInput"
