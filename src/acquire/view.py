@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -11,7 +12,7 @@ from rich.text import Text
 
 from durably import Run, StepAttempt
 
-console = Console()
+console = Console() if sys.stdout.isatty() else Console(width=10_000)  # piped: not cut at 80
 COLOURS = {"pending": "yellow", "running": "cyan", "waiting": "blue", "completed": "green",
            "failed": "red", "canceled": "magenta", "abandoned": "bright_black",
            "queued": "yellow", "downloading": "cyan", "importing": "cyan", "seeding": "blue",

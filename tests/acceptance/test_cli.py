@@ -136,3 +136,21 @@ def test_bad_database_url_and_app(tmp_path: Path, processes: Processes) -> None:
     assert json.loads(listed.stdout) == []
     done = procs.cli("--schema", "Bad-Name", "runs", check=False, DURABLY_APP="")
     assert done.returncode == 2 and "invalid schema name" in done.stderr
+
+
+def test_piped_output_is_not_cut_to_80_columns(procs: Procs) -> None:
+    # issue 31 item 11: piped to a file (not a terminal), rich cut every table at 80.
+    run_id = procs.json("start", "acquire", "--input", '{"id": "piped"}', "--available-at",
+                        "+1h")["run_id"]  # fmt: skip
+    listed = procs.cli("runs").stdout
+    assert run_id in listed, listed
+    assert "…" not in listed, listed
+
+
+def test_start_wait_says_why_a_run_failed(procs: Procs) -> None:
+    # issue 31 item 11: "run … failed" and exit 1, and nothing of why.
+    procs.worker("W")
+    done = procs.cli("start", "flaky", "--input", "5", "--wait", check=False)
+    assert done.returncode == 1, done
+    assert "failed" in done.stdout
+    assert "boom attempt 3" in done.stderr, done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +18,9 @@ COLOURS = {
     "failed": "red", "canceled": "magenta", "abandoned": "bright_black",
 }  # fmt: skip
 
-console = Console()
+# Piped to a file or a program, output is not a terminal's width: rich would cut every
+# table at 80 columns. There, lines are as long as their content needs.
+console = Console() if sys.stdout.isatty() else Console(width=10_000)
 
 
 def status(value: str) -> Text:
@@ -35,7 +38,8 @@ def _short(value: Any, width: int = 60) -> str:
 
 def runs_table(runs: list[Run]) -> None:
     table = Table(title=f"{len(runs)} runs", title_justify="left")
-    for column in ("run", "workflow", "status", "attempts", "created", "finished", "waiting for"):
+    table.add_column("run", min_width=9)  # at least the 8 characters `show` takes, and "…"
+    for column in ("workflow", "status", "attempts", "created", "finished", "waiting for"):
         table.add_column(column)
     for r in runs:
         table.add_row(r.run_id, f"{r.workflow}@{r.version}", status(r.status), str(r.attempts),
