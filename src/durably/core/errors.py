@@ -99,8 +99,10 @@ class NonDeterminismError(DurablyError):
     def __init__(self, position: int, expected: str, found: str) -> None:
         super().__init__(
             f"non-deterministic replay at step position {position}: history has "
-            f"{expected}, the code now calls {found}. Start a new run or register "
-            "the changed code under a new version."
+            f"{expected}, the code now calls {found}. Usual causes: the code changed "
+            "under a run in flight (register the change as a new version, or branch on "
+            "ctx.patched()), or workflow code that reads the time, randomness or I/O "
+            "outside a step (do that in ctx.step.run)."
         )
         self.position = position
         self.expected = expected

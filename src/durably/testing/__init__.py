@@ -12,6 +12,10 @@ Example:
 
 The pytest plugin (`pytest_plugins = ["durably.testing.pytest_plugin"]`) adds an `env`
 fixture built from a `durably_app` fixture of yours.
+
+A step called without `await` fails its run ("did you forget await?"); mypy finds it
+before any test runs with `--enable-error-code unused-awaitable` (`mypy --strict` alone
+does not).
 """
 
 from ._clock import SkippingClock
