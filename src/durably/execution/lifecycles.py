@@ -106,44 +106,50 @@ class Lifecycles:
 
         A thread cannot be interrupted: cancelling its future would only stop waiting for
         it. A run let go (a drain's release) while one runs would be claimed and its step
-        run again beside it, so such a body keeps its future, and the run (its lease
-        renewed) until it returns and its outcome is recorded.
+        run again beside it, so such a body is `kept`: it keeps its future, and the run
+        (its lease renewed) until its lifecycle ends, its outcome recorded.
         """
         self.interrupting = True
         keep = self.stop is not None and self.stop.release
         for cmd in self.commands.values():
             if cmd.step_context is not None:
                 cmd.step_context.cancelled.set()
-            if cmd.body is not None and not (keep and cmd.in_thread):
+            if cmd.body is None:
+                continue
+            if keep and cmd.in_thread:
+                cmd.kept = cmd.kept or not cmd.body.done()
+            else:
                 cmd.body.cancel()
 
-    def _threads_kept(self) -> list[Command]:
-        """Commands whose sync body still runs in a thread while the run is let go."""
+    def _kept(self) -> list[asyncio.Task[None]]:
+        """The lifecycles of kept commands (see `interrupt_bodies`) still running: their
+        body may have returned, but the run is not let go before its record is written.
+        None of them once the stop is no longer a release (a cancel, a lost lease)."""
         if self.stop is None or not self.stop.release:
             return []
-        return [c for c in self.commands.values()
-                if c.in_thread and c.body is not None and not c.body.done()]  # fmt: skip
+        return [task for task, cmd in self._active.items() if cmd.kept]
 
     async def _quiesce(self, fold: bool = False) -> None:
         """Interrupt bodies still running and wait until every lifecycle has ended (with
         `fold`, or is only writing its record: the run's end will write it): for at most
-        `SETTLE_S`, but as long as a thread is kept (see `interrupt_bodies`)."""
+        `SETTLE_S`, but those of kept commands to their end (see `interrupt_bodies`)."""
         self.interrupt_bodies()
         loop = asyncio.get_running_loop()
         until, told = loop.time() + SETTLE_S, False
         while True:
+            kept = self._kept()
             busy = [t for t, cmd in self._active.items() if not (fold and cmd.recording)]
-            kept = self._threads_kept()
-            if not busy or (not kept and loop.time() >= until):
+            if not kept and (not busy or loop.time() >= until):
                 return
             if kept and not told:
                 told = True
                 log.warning("run %s: step %r runs in a thread, which cannot be interrupted: "
                             "the run is kept until it returns", self.lease.run_id,
-                            kept[0].name)  # fmt: skip
+                            self._active[kept[0]].name)  # fmt: skip
             self._changed.clear()
             changed = loop.create_task(self._changed.wait())
-            await asyncio.wait([*busy, changed], timeout=None if kept else until - loop.time(),
+            await asyncio.wait([*busy, *kept, changed],
+                               timeout=None if kept else until - loop.time(),
                                return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             changed.cancel()
 

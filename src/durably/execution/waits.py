@@ -12,7 +12,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from ..core.codec import decode
+from ..core.codec import canonical, decode
 from ..core.errors import InvalidInput, RunNotFound, RunTerminalError, StepFailedError, describe
 from ..store.operations import RESUMABLE, Operations
 from ..store.records import NewRun, PendingStep
@@ -160,7 +160,11 @@ async def run_child(x: Claimed, cmd: Command, spec: Child) -> None:
         ), error=StepFailedError(cmd.name, error))  # fmt: skip
         return
     if earlier is not None:
-        new = await _take_over(x, cmd, new, attempt)
+        taken = await _take_over(x, cmd, new, attempt)
+        if taken is None:  # the earlier child is still undoing its work: wait for its end
+            cmd.wait = Wait(None, f"child:{new.run_id}", attempt=attempt)
+            return
+        new = taken
     child_id = cmd.child_run_id = new.run_id
     assert child_id is not None
     wake_at, created = await x.store.start_child(
@@ -172,26 +176,44 @@ async def run_child(x: Claimed, cmd: Command, spec: Child) -> None:
         await check_child(x, cmd, attempt, child_id, wake_at)
 
 
-async def _take_over(x: Claimed, cmd: Command, new: NewRun, attempt: int) -> NewRun:
+async def _take_over(x: Claimed, cmd: Command, new: NewRun, attempt: int) -> NewRun | None:
     """A new workflow attempt (a retry, a resume) at a position where an earlier one started
     a child: the same child, never a second doing the same work. One that completed gives
     its result, one still going is waited for, one that failed or was canceled is resumed
-    (its completed steps are not run again). A child of another workflow or input does other
-    work: it is canceled, and this attempt starts its own."""
+    (its completed steps are not run again). But one whose compensations ran undid its
+    work (resumed, it would go on past steps undone): this attempt starts its own, as it
+    does in place of a child of another workflow or input (canceled if still going). None:
+    the child is still running its compensations; the call waits for their end, unrecorded
+    (the child's end wakes the run, and the call there looks again)."""
     assert new.run_id is not None
     try:
         old = await x.store.get_run(new.run_id)
     except RunNotFound:  # purged with its parent's earlier end: the name is free again
         return new
-    if old.workflow == new.workflow and old.input == decode(new.input_json):
-        if old.status in RESUMABLE:
-            with contextlib.suppress(InvalidInput, RunTerminalError):  # compensating; resumed
+    same = old.workflow == new.workflow and canonical(old.input) == canonical(
+        decode(new.input_json)
+    )
+    if same and old.status in RESUMABLE:
+        if old.compensating:
+            return None
+        if not await _undone(x, old.run_id):
+            try:
                 await Operations(x.store).resume(old.run_id)
+            except InvalidInput:  # resumed by another meanwhile, or compensating since
+                return None if (await x.store.get_run(old.run_id)).compensating else new
+            return new
+    elif same:
         return new
-    if not old.terminal:
+    elif not old.terminal:
         with contextlib.suppress(RunTerminalError):
             await x.store.cancel(old.run_id, SUPERSEDED)
     return dataclasses.replace(new, run_id=child_run_id(x.run_id, cmd.position, attempt))
+
+
+async def _undone(x: Claimed, run_id: str) -> bool:
+    """A compensation of the run completed (recorded at -(p + 1): see `run_compensation`)."""
+    steps = await x.store.list_steps(run_id)
+    return any(s.position < 0 and s.status == "completed" for s in steps)
 
 
 async def check_child(

@@ -80,6 +80,7 @@ class Command:
     abandoned: bool = False  # the workflow stopped awaiting it
     body: asyncio.Future[Any] | None = None
     in_thread: bool = False  # `body` is a sync body's thread: it cannot be interrupted
+    kept: bool = False  # such a body, left running by a release: its lifecycle is waited for
     step_context: StepContext | None = None
     value: Any = None
     settled: bool = False

@@ -176,9 +176,17 @@ class StepApi:
     ) -> StepCall[Any]:
         """Run `fn(conn, *args)` in one database transaction with the step's record.
 
-        The lease is checked (same worker, same fence) in that transaction and held until it
-        commits, so either the business writes and the step result commit together or
-        neither does. `conn` is a psycopg `AsyncConnection` on PostgreSQL (write
+        The business writes and the step's result commit together, or neither does. The
+        run is not locked while `fn` runs: the lease (same worker, same fence) is checked
+        as the transaction opens, and again by the step's record, written in the same
+        transaction once `fn` returns, which keeps a claim off the run until it commits. A
+        run taken over meanwhile fails the attempt (`LeaseLostError`) and `fn`'s writes
+        roll back; so does a transaction PostgreSQL ends for being idle as long as the
+        lease (`fn` waiting on something else, its worker frozen or cut off).
+
+        The engine ends the transaction: `fn` ending it (`commit()`, `rollback()`,
+        `close()`, SQLite's `with conn:`, a `COMMIT` of its own) fails the attempt, retried
+        by `retry`. `conn` is a psycopg `AsyncConnection` on PostgreSQL (write
         `async def fn`) and a `sqlite3.Connection` on SQLite. The result is validated into
         `fn`'s return annotation, as a `run` step's is.
         """

@@ -1,7 +1,8 @@
 """Children across the parent's attempts and at the edge of its timeout (issue 26): a
 child's completion that races the parent's `run_workflow(timeout=)` is reported as
 completed; a retry or a resume of the parent reuses the child at the same position (its
-result, or the wait for it), never a second child doing the same work."""
+result, or the wait for it), never a second child doing the same work, but one of its
+own where the earlier child's compensations undid that work (or for other input)."""
 
 from __future__ import annotations
 
@@ -163,3 +164,124 @@ async def test_a_childs_timeout_may_be_an_instant(db_url: str) -> None:
         assert await handle.result(timeout=scaled(10)) == "timed out"
         release.set()
         assert await (await naive.start()).result(timeout=scaled(10)) == "InvalidInput"
+
+
+async def test_a_retry_starts_its_own_child_where_the_earlier_one_was_undone(db_url: str) -> None:
+    """The child failed and its compensation refunded the charge: resumed, it would go on
+    past the refund (the charge completed) and the order complete unpaid. The retry starts
+    a child of its own, which charges again."""
+    app = Durably(db_url)
+    ledger: list[str] = []
+
+    def charge() -> str:
+        ledger.append("charge")
+        return "c1"
+
+    def refund(_: Any) -> None:
+        ledger.append("refund")
+
+    def confirm() -> str:
+        ledger.append("confirm")
+        if ledger.count("confirm") == 1:
+            raise RuntimeError("confirm fails for good the first time")
+        return "ok"
+
+    @app.workflow(name="pay", version="v1")
+    async def pay(ctx: Any) -> Any:
+        await ctx.step.run("charge", charge, compensate=refund)
+        return await ctx.step.run("confirm", confirm, retry=ONCE)
+
+    @app.workflow(name="order", version="v1", retry=TWICE)
+    async def order(ctx: Any) -> Any:
+        return await ctx.step.run_workflow(pay, None)
+
+    async with app, app.worker():
+        handle = await order.start()
+        assert await handle.result(timeout=scaled(20)) == "ok"
+        kids = await _children_of(app, handle.run_id)
+    assert ledger == ["charge", "confirm", "refund", "charge", "confirm"], ledger
+    assert [k.status for k in kids] == ["failed", "completed"]
+
+
+async def test_a_retry_waits_for_the_earlier_child_to_finish_its_compensations(
+    db_url: str,
+) -> None:
+    """The child is canceled while it has a step to undo: the parent's attempt fails, and
+    its retry finds the child still compensating. It waits for the undo to end, then starts
+    a child of its own (not the canceled one's failure again)."""
+    app = Durably(db_url)
+    ledger: list[str] = []
+    refunding, refund_go = asyncio.Event(), asyncio.Event()
+
+    async def charge() -> str:
+        ledger.append("charge")
+        return "c1"
+
+    async def refund(_: Any) -> None:
+        refunding.set()
+        await refund_go.wait()
+        ledger.append("refund")
+
+    @app.workflow(name="pay", version="v1")
+    async def pay(ctx: Any) -> Any:
+        await ctx.step.run("charge", charge, compensate=refund)
+        return await ctx.step.wait_for_signal("go", timeout=duration(60))
+
+    @app.workflow(name="order", version="v1", retry=TWICE)
+    async def order(ctx: Any) -> Any:
+        return await ctx.step.run_workflow(pay, None)
+
+    async with app, app.worker():
+        handle = await order.start()
+
+        async def child_waiting() -> Any:
+            kids = await _children_of(app, handle.run_id)
+            return kids[-1] if kids and kids[-1].status == "waiting" else None
+
+        first = await eventually(child_waiting, what="the child waiting for its signal")
+        await app.cancel(first.run_id)
+        await eventually(refunding.is_set, what="the child's compensation to run")
+        await eventually(lambda: _attempts(app, handle.run_id, 2), what="the parent's retry")
+        refund_go.set()
+        second = await eventually(child_waiting, what="the retry's own child")
+        await app.send_signal("go", "paid", run_id=second.run_id)
+        assert await handle.result(timeout=scaled(20)) == "paid"
+        kids = await _children_of(app, handle.run_id)
+    assert ledger == ["charge", "refund", "charge"], ledger
+    assert [k.status for k in kids] == ["canceled", "completed"]
+
+
+async def _attempts(app: Durably, run_id: str, n: int) -> bool:
+    return (await app.get_run(run_id)).attempts >= n
+
+
+async def test_a_retry_calling_with_input_only_equal_in_python_replaces_the_child(
+    db_url: str,
+) -> None:
+    """`True == 1` in Python, not in JSON: the retry's child of input `true` is not the
+    earlier attempt's child of input `1` (a caught failure before the child: the retry's
+    cut drops the child's result, and the call there looks for the child again)."""
+    app = Durably(db_url)
+    ran: list[str] = []
+
+    def fails_first(name: str) -> None:
+        ran.append(name)
+        if ran.count(name) == 1:
+            raise RuntimeError(f"{name} is down")
+
+    @app.workflow(name="echo", version="v1")
+    async def echo(ctx: Any, value: Any) -> Any:
+        return value
+
+    @app.workflow(name="parent", version="v1", retry=TWICE)
+    async def parent(ctx: Any) -> Any:
+        with contextlib.suppress(StepFailedError):
+            await ctx.step.run("reserve", fails_first, "reserve", retry=ONCE)
+        got = await ctx.step.run_workflow(echo, 1 if ctx.attempt == 1 else True)
+        await ctx.step.run("charge", fails_first, "charge", retry=ONCE)
+        return got
+
+    async with app, app.worker():
+        handle = await parent.start()
+        assert await handle.result(timeout=scaled(20)) is True
+        assert len(await _children_of(app, handle.run_id)) == 2

@@ -193,3 +193,37 @@ async def test_a_transaction_body_longer_than_the_lease_costs_no_run_its_lease(
 async def _fences(url: str) -> dict[str, int]:
     with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
         return {r[0]: r[1] for r in conn.execute("SELECT id, fence FROM durably_runs")}
+
+
+async def test_a_body_that_ends_its_transaction_past_the_refusals_fails_its_attempt(
+    sqlite_url: str,
+) -> None:
+    """A body that takes the engine's authorizer away and commits: its write is committed
+    (nothing can undo it now), but its attempt fails by its policy, not with the step's
+    record in autocommit nor its run held until its lease runs out."""
+    app = Durably(sqlite_url)
+    tries: list[int] = []
+
+    def body(conn: sqlite3.Connection) -> int:
+        tries.append(1)
+        conn.execute("CREATE TABLE IF NOT EXISTS biz_library (k TEXT PRIMARY KEY)")
+        conn.execute("INSERT INTO biz_library VALUES (?)", (f"k{len(tries)}",))
+        if len(tries) == 1:
+            conn.set_authorizer(None)
+            conn.execute("COMMIT")
+        return len(tries)
+
+    @app.workflow(name="wf")
+    async def wf(ctx: Any) -> int:
+        result: int = await ctx.step.transaction("register", body)
+        return result
+
+    async with app, app.worker(lease="60s"):
+        handle = await wf.start()
+        assert await handle.result(timeout=scaled(10)) == 2
+        steps = await app.list_steps(handle.run_id)
+    assert [(s.attempt, s.status) for s in steps] == [(1, "failed"), (2, "completed")]
+    assert "cannot end the step's transaction" in str(steps[0].error)
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as conn:
+        assert [r[0] for r in conn.execute("SELECT k FROM biz_library ORDER BY k")] == [
+            "k1", "k2"]  # fmt: skip

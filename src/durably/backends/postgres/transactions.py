@@ -65,7 +65,10 @@ class PgTx:
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         result = fn(self._conn, *args)
-        return await result if inspect.isawaitable(result) else result
+        result = await result if inspect.isawaitable(result) else result
+        if not self._external:
+            _check_returned(self._conn)
+        return result
 
     async def fetch(self, query: str, **params: Any) -> list[Row]:
         if self._external or query in self._queries.no_deadline:
@@ -126,6 +129,26 @@ class _Queued:
             if _returns_rows(cur):
                 rows = await cur.fetchall()
         return rows
+
+
+def _check_returned(conn: psycopg.AsyncConnection[Any]) -> None:
+    """A body returned: fail it, as its own error, if it left no transaction for the step's
+    record. psycopg refuses commit() and rollback() in a `transaction()` block, but not
+    close() nor SQL of the body's own (COMMIT, ROLLBACK). Closed, the record would fail as
+    the database's failure (the attempt never recorded, the run claimed and its body run
+    again, for ever); after a COMMIT it would go in a transaction of its own, the body's
+    writes committed before the lease was checked. A connection lost (`broken`) is the
+    database's failure indeed."""
+    if conn.closed and not conn.broken:
+        what = "close() its connection"
+    elif conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        what = "end the step's transaction (COMMIT, ROLLBACK)"
+    else:
+        return
+    raise psycopg.ProgrammingError(
+        f"a step.transaction body cannot {what}; the engine commits the body's writes with "
+        "the step's record, and rolls them back if the body raises"
+    )
 
 
 def _returns_rows(cur: Any) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from typing import Any
+from typing import Any, Literal
 
 # The writes that keep a process's claims alive, and what each is written as in a hold: a
 # heartbeat renews the leases that were live when the lock was taken (`renew_held`).
@@ -33,32 +33,80 @@ SAVEPOINT = "durably_body"
 
 
 class EngineConnection(sqlite3.Connection):
-    """The engine's connection: while a `step.transaction` body holds it (`lent`), it
+    """The engine's connection: while a `step.transaction` body holds it (`lend`), it
     refuses to end the step's transaction or itself. sqlite3 would commit the body's
     writes at once, without the step's record (a failed attempt kept them), roll back
     what the engine wrote before it, or close the connection every run of the process
-    uses. psycopg refuses commit() and rollback() inside a `transaction()` block alike."""
+    uses. psycopg refuses commit() and rollback() inside a `transaction()` block alike.
+
+    `with conn:` commits in C, past `commit()`, and so does SQL of the body's own (COMMIT,
+    ROLLBACK, END, or RELEASE of the engine's savepoint): an authorizer denies those while
+    the connection is lent (setting it expires the statements prepared before, so a cached
+    one is prepared, and authorized, again), and `refused` says what it denied."""
 
     lent = False
+    refused: str | None = None
+
+    def lend(self) -> None:
+        self.lent, self.refused = True, None
+        self.set_authorizer(self._authorize)
+
+    def take_back(self) -> None:
+        self.lent = False
+        self.set_authorizer(None)
+
+    def _authorize(self, action: int, arg1: str | None, arg2: str | None, *_: Any) -> int:
+        ends = action == sqlite3.SQLITE_TRANSACTION or (
+            action == sqlite3.SQLITE_SAVEPOINT and arg2 == SAVEPOINT and arg1 != "BEGIN"
+        )
+        if not (ends and self.lent):
+            return sqlite3.SQLITE_OK
+        savepoint = "" if action == sqlite3.SQLITE_TRANSACTION else " of the engine's savepoint"
+        self.refused = f"run {arg1}{savepoint}"
+        return sqlite3.SQLITE_DENY
 
     def _refuse(self, what: str) -> None:
         if self.lent:
-            raise sqlite3.ProgrammingError(
-                f"a step.transaction body cannot {what} its connection: its writes commit "
-                "with the step's record, or roll back when the body raises"
-            )
+            raise refusal(what)
+
+    def __enter__(self) -> EngineConnection:
+        self._refuse("use `with conn:` (it commits)")
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> Literal[False]:
+        self._refuse("use `with conn:` (it commits)")
+        return super().__exit__(*exc)  # type: ignore[arg-type]
 
     def commit(self) -> None:
-        self._refuse("commit()")
+        self._refuse("commit() its connection")
         super().commit()
 
     def rollback(self) -> None:
-        self._refuse("rollback()")
+        self._refuse("rollback() its connection")
         super().rollback()
 
     def close(self) -> None:
-        self._refuse("close()")
+        self._refuse("close() its connection")
         super().close()
+
+
+def refusal(what: str) -> sqlite3.ProgrammingError:
+    return sqlite3.ProgrammingError(
+        f"a step.transaction body cannot {what}: the engine commits the body's writes with "
+        "the step's record, and rolls them back if the body raises"
+    )
+
+
+def check_returned(conn: sqlite3.Connection, error: Exception | None = None) -> None:
+    """After a body lent `conn` returned (or raised `error`): fail it, as its own error, if
+    it tried to end the step's transaction (even if it went on after the refusal), or
+    ended it by a way not refused (an authorizer of its own in place of the engine's)."""
+    if not isinstance(conn, EngineConnection) or not conn.lent:
+        return
+    if conn.refused is not None:
+        raise refusal(conn.refused) from error
+    if not conn.in_transaction:
+        raise refusal("end the step's transaction") from error
 
 
 class Hold:
@@ -97,14 +145,15 @@ class Hold:
     def let_go(self, conn: EngineConnection, failed: bool) -> None:
         """Once the body is done: commit its writes, or roll them back if it `failed`, with
         the deferred writes either way."""
-        conn.lent = False
+        conn.take_back()
         with self._closing:  # whatever was deferred until now is written below
             self._closed = True
         try:
-            if failed:
-                conn.execute(f"ROLLBACK TO {SAVEPOINT}")
-                self._written = 0  # the savepoint took those away with the body's writes
-            conn.execute(f"RELEASE {SAVEPOINT}")
+            if conn.in_transaction:  # else the body ended it (see `check_returned`)
+                if failed:
+                    conn.execute(f"ROLLBACK TO {SAVEPOINT}")
+                    self._written = 0  # the savepoint took those away with the body's writes
+                conn.execute(f"RELEASE {SAVEPOINT}")
             self.flush(conn)
             conn.commit()
         except BaseException:

@@ -39,7 +39,7 @@ from ...core.clock import Clock
 from ...core.errors import ConfigurationError, DatabaseUnavailable
 from .. import _queries
 from .._base import LISTENING, Fetched, Row, Sent
-from .bodies import KEEPALIVE, SAVEPOINT, EngineConnection, Hold
+from .bodies import KEEPALIVE, SAVEPOINT, EngineConnection, Hold, check_returned
 
 _PACKAGE = __package__ or "durably.backends.sqlite"
 _WAKE_POLL_S = 0.02
@@ -121,11 +121,17 @@ class SqliteTx:
         return list(await self._run(execute))
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._body is None or inspect.iscoroutinefunction(fn):
-            result = fn(self._conn, *args)
-        else:  # its own errors as they are: not the engine's (see `classify`)
-            result = await self._body(functools.partial(fn, self._conn, *args))
-        return await result if inspect.isawaitable(result) else result
+        try:
+            if self._body is None or inspect.iscoroutinefunction(fn):
+                result = fn(self._conn, *args)
+            else:  # its own errors as they are: not the engine's (see `classify`)
+                result = await self._body(functools.partial(fn, self._conn, *args))
+            result = await result if inspect.isawaitable(result) else result
+        except Exception as exc:
+            check_returned(self._conn, exc)
+            raise
+        check_returned(self._conn)
+        return result
 
     async def send(self, query: str, **params: Any) -> Sent:
         return Fetched(await self.fetch(query, **params))
@@ -317,7 +323,7 @@ class SqliteConnector:
                 if not pipelined:  # a body's (see Connector.transaction, and bodies.py)
                     await self._run(lambda: conn.execute(f"SAVEPOINT {SAVEPOINT}"))
                     hold = self._hold = Hold(self._clock.time(), self._queries)
-                    conn.lent = True
+                    conn.lend()
                 yield SqliteTx(conn, self._queries, self._run, hold, self._in_thread)
             except BaseException:
                 await self._end(conn, hold, failed=True)
