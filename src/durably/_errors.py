@@ -213,10 +213,19 @@ def describe(exc: BaseException, traceback: bool = True) -> dict[str, Any]:
     if isinstance(exc, StepFailedError):
         return {"type": "StepFailedError", "message": _storable(str(exc)), "step": exc.step,
                 "attempts": exc.attempts, "cause": exc.error}  # fmt: skip
-    out: dict[str, Any] = {"type": type(exc).__name__, "message": _storable(str(exc))}
+    out: dict[str, Any] = {"type": type(exc).__name__, "message": _storable(message(exc))}
     if traceback and exc.__traceback__ is not None:
         out["traceback"] = _storable("".join(_tb.format_exception(exc))[-8000:])
     return out
+
+
+def message(exc: BaseException) -> str:
+    """`str(exc)`, which runs user code (an error's `__str__`): whatever that raises, a
+    placeholder saying so."""
+    try:
+        return str(exc)
+    except BaseException as failed:  # SystemExit too: it is not the worker's end
+        return f"<str() raised {type(failed).__name__}>"
 
 
 MESSAGE_CHARS = 16_000  # an error is for people: a whole HTTP body in it helps nobody

@@ -228,8 +228,10 @@ class Execution(RunLog, LiveWaits, Lifecycles):
                 await self._execute()
         except (LeaseLostError, DatabaseUnavailable) as exc:
             log.warning("run %s: %s; it is left to be claimed again", self.run_id, exc)
-        except (Exception, asyncio.CancelledError) as exc:  # a defect: end the run, no loop
+        except BaseException as exc:  # a defect: end the run, no loop (never the worker)
             task = asyncio.current_task()
+            if isinstance(exc, GeneratorExit):  # this coroutine closed: it cannot await
+                raise
             if isinstance(exc, asyncio.CancelledError) and task and task.cancelling():
                 # Cancelled from outside (the event loop shutting down), not by a defect:
                 # the run is left to its lease, then claimed again.
@@ -389,20 +391,21 @@ class Execution(RunLog, LiveWaits, Lifecycles):
 
     async def _fail(self, error: BaseException, retry: bool) -> None:
         await self._quiesce()
+        described = describe(error)  # once: its message is the user's code
         attempts = self.row["attempts"]
         if retry and attempts < self.row["max_attempts"]:
             # Its waits end with it, in the retry's transaction (see `RunEnds.retry_run`).
             delay = self.workflow.retry.delay(attempts).total_seconds()
-            log.warning("run %s: attempt %d failed (%s); retrying in %gs",
-                        self.run_id, attempts, error, delay)  # fmt: skip
+            log.warning("run %s: attempt %d failed (%s: %s); retrying in %gs", self.run_id,
+                        attempts, described["type"], described["message"], delay)  # fmt: skip
             self.concluded = True
             resumes = decode(self.row.get("resumes")) or ()
-            await self.store.retry_run(self.lease, describe(error), delay, resumes)
+            await self.store.retry_run(self.lease, described, delay, resumes)
             self.on_park(delay)
             return
-        log.warning("run %s failed: %s", self.run_id, error)
+        log.warning("run %s failed: %s: %s", self.run_id, described["type"], described["message"])
         await self._compensate()
-        await self._finish("failed", error=describe(error))
+        await self._finish("failed", error=described)
 
     async def _compensate(self) -> None:
         """Run each completed step's undo once, newest first (durably: recorded steps).

@@ -21,7 +21,7 @@ from typing import Any
 
 from ._codec import validate
 from ._commands import Command
-from ._errors import InvalidInput
+from ._errors import BaseFailure
 from ._loop import WorkflowLoop
 from ._recorder import StepRecorder
 from ._records import Lease, PendingStep
@@ -227,9 +227,13 @@ class RunLog:
                 cmd.future.set_exception(outcome.error)
             else:
                 try:
-                    cmd.future.set_result(_typed(cmd, outcome.value))
-                except InvalidInput as exc:
+                    value = _typed(cmd, outcome.value)
+                except Exception as exc:  # InvalidInput, or a validator's own error
                     cmd.future.set_exception(exc)
+                except BaseException as exc:  # a validator is user code (SPEC §4.20)
+                    cmd.future.set_exception(BaseFailure(exc))
+                else:
+                    cmd.future.set_result(value)
         self.loop.run_until_blocked()
         return received
 
