@@ -232,9 +232,12 @@ MESSAGE_CHARS = 16_000  # an error is for people: a whole HTTP body in it helps 
 
 
 def _storable(text: str) -> str:
-    # PostgreSQL cannot store NUL in text or JSON; and a message can be any size, while
-    # what is stored must stay small enough to end the run with (see `max_payload`).
+    # PostgreSQL cannot store NUL in text or JSON, and no UTF-8 holds a lone surrogate (a
+    # `surrogateescape`d byte, half a UTF-16 pair); a message can be any size, while what
+    # is stored must stay small enough to end the run with (see `max_payload`).
     if len(text) > MESSAGE_CHARS:
         half, cut = MESSAGE_CHARS // 2, len(text) - MESSAGE_CHARS
         text = f"{text[:half]} … [{cut} characters cut] … {text[-half:]}"
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00")
