@@ -348,8 +348,11 @@ async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
     seq = x.reserve()
     # The body's task, interrupted as any step body is (a cancel, a lost lease): its
     # transaction is rolled back at once, not when the execution's lifecycles end.
+    # A sync body runs in the connection's thread on SQLite: contained there (StopIteration).
+    is_async = inspect.iscoroutinefunction(body.fn)
+    fn = body.fn if is_async else functools.partial(_contained_call, body.fn)
     task = asyncio.ensure_future(x.store.transact(
-        x.lease, x.lease_s, cmd.position, attempt, cmd.name, seq, body.fn, body.args,
+        x.lease, x.lease_s, cmd.position, attempt, cmd.name, seq, fn, body.args,
         lambda value: x.encode(value, f"the result of step {cmd.name!r}"),
     ))  # fmt: skip
     cmd.body = task

@@ -183,7 +183,8 @@ class NonRetryableError(Exception):
 class BaseFailure(Exception):
     """A `BaseException` that is not an `Exception`, raised by user code, carried as an
     ordinary failure (asyncio lets `SystemExit` and `KeyboardInterrupt` out of the event
-    loop, and `except Exception` misses them all). It is stored as the error it carries."""
+    loop, and `except Exception` misses them all); also a `StopIteration`, which no asyncio
+    future takes. It is stored as the error it carries."""
 
     def __init__(self, error: BaseException) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
@@ -192,12 +193,15 @@ class BaseFailure(Exception):
 
 def user_failure(exc: BaseException) -> BaseException:
     """`exc`, raised by user code (a body, a compensation), as the engine handles it: an
-    `Exception` or the engine's own cancellation as it is, anything else in a `BaseFailure`.
+    `Exception` (but StopIteration) or the engine's own cancellation as it is, anything
+    else in a `BaseFailure`.
 
     A `GeneratorExit` with no frame below the one that caught it was not raised by user
     code: it is the close() of the engine's own coroutine (a pending task collected), which
     must go on unwinding.
     """
+    if isinstance(exc, StopIteration):  # no future takes it (a sync body's would hang)
+        return BaseFailure(exc)
     if isinstance(exc, Exception | asyncio.CancelledError):
         return exc
     tb = exc.__traceback__
