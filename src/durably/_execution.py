@@ -111,6 +111,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         self.replaying = True
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
+        self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
         self.compensations: list[tuple[int, Command]] = []
         self._compensated = self.history.compensations_done()
@@ -197,6 +198,7 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         cmd.recorded = rec
         cmd.gate = self._delivered
         cmd.dropped = self._dropped
+        cmd.issuer = asyncio.current_task(self.loop)
         cmd.future.add_done_callback(lambda future: self._awaited_no_more(cmd, future))
         self.commands[cmd.position] = cmd
         if rec is None or not rec.resolves:
@@ -208,8 +210,12 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         poisoned at once, so its next step call raises and nothing it issued starts (the
         same place live and on replay: the code decides it). Let go of later, outside the
         workflow's pass (the run parked, or ended), it is not a mistake of the code's."""
-        if self.loop.is_running() and not self.concluded:
-            self.poison(never_awaited(cmd))
+        if not self.loop.is_running() or self.concluded:
+            return
+        if _cancelled_issuer(cmd):
+            return
+        self._drop_error = never_awaited(cmd)
+        self.poison(self._drop_error)
 
     def poison(self, error: BaseException) -> None:
         """The workflow did what cannot be replayed: never drive it again; the run fails."""
@@ -364,11 +370,22 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         if stop is not None:
             await self._fail(stop.error, retry=False)
             return
-        if self.fatal is not None:
+        if self.fatal is not None and not self._own_error(main):
             await self._fail(self.fatal, retry=False)
             return
         assert main is not None
         await self._ended(main)
+
+    def _own_error(self, main: asyncio.Task[Any] | None) -> bool:
+        """The workflow failed with an error of its own, which dropped a step as it
+        propagated (a gather whose building raised): that error is the run's, not the
+        forgotten await the drop reported."""
+        if self.fatal is None or self.fatal is not self._drop_error:
+            return False
+        if main is None or not main.done() or main.cancelled():
+            return False
+        error = main.exception()
+        return error is not None and error is not self.fatal
 
     async def _ended(self, main: asyncio.Task[Any]) -> None:
         if main.cancelled():
@@ -378,7 +395,8 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         if error is not None:
             await self._fail(error, retry=True)
             return
-        forgotten = [c for c in self.commands.values() if not c.awaited]
+        forgotten = [c for c in self.commands.values()
+                     if not c.awaited and not _cancelled_issuer(c)]  # fmt: skip
         if forgotten:  # returned (not dropped) or kept to the end, never awaited
             await self._fail(never_awaited(forgotten[0]), retry=False)
             return
@@ -468,3 +486,10 @@ class Execution(RunLog, LiveWaits, Lifecycles):
         driver.args = (ctx, value) if wf.takes_input else (ctx,)
         self._sync = driver
         return await driver.main()
+
+
+def _cancelled_issuer(cmd: Command) -> bool:
+    """The task that issued `cmd` was cancelled (a `wait_first` loser): what it held is let
+    go of on purpose, as its own awaited futures are (as it unwinds, or later)."""
+    task = cmd.issuer
+    return task is not None and (task.cancelling() > 0 or task.cancelled())
