@@ -361,8 +361,12 @@ async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
         task.cancel()
     try:
         output = await task
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
         x.unreserve(seq)
+        if not x.interrupting:  # the body's own CancelledError (a library leaked one)
+            await _failed(x, cmd, attempt, RuntimeError(f"CancelledError: {exc}"), body.retry,
+                          x.clock.monotonic() - began)  # fmt: skip
+            return
         await x.record_canceled(cmd, attempt, x.clock.monotonic() - began)
         return
     except Exception as exc:
