@@ -392,7 +392,14 @@ async def run_compensation(x: Execution, cmd: Command) -> None:
             x, comp, body.sig[2], spend=False, wants_ctx=body.sig[0]
         )
         try:
-            await _invoke(x, comp, body, attempt, start, interruptible=False)
+            try:
+                await _invoke(x, comp, body, attempt, start, interruptible=False)
+            except asyncio.CancelledError as cancel:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():  # the engine's own: the execution stops
+                    raise
+                # An undo is never interrupted by the engine: this one is its own.
+                raise RuntimeError(f"CancelledError: {cancel}") from cancel
         except Exception as exc:
             await start.settle()
             error = describe(exc)
