@@ -189,7 +189,7 @@ async def run_function(x: Execution, cmd: Command, body: Body) -> None:
         output = x.encode(result, f"the result of step {cmd.name!r}")
     except asyncio.CancelledError as exc:
         await start.settle()
-        if not x.interrupting:  # the body's own CancelledError (a library leaked one)
+        if not (x.interrupting or _cancelled()):  # the body's own (a library leaked one)
             await _failed(x, cmd, attempt, RuntimeError(f"CancelledError: {exc}"), body.retry,
                           x.clock.monotonic() - began)  # fmt: skip
             return
@@ -204,6 +204,13 @@ async def run_function(x: Execution, cmd: Command, body: Body) -> None:
         cmd.position, attempt, cmd.name, cmd.kind, "completed", output_json=output,
         compensable=cmd.compensate is not None, elapsed_s=x.clock.monotonic() - began,
     ), value=decode(output))  # fmt: skip
+
+
+def _cancelled() -> bool:
+    """This lifecycle's task is being cancelled from outside (the event loop shutting down
+    cancels every task, a body's and its lifecycle's alike): the engine's cancellation."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _backing_off(x: Execution, cmd: Command) -> bool:
@@ -363,7 +370,7 @@ async def run_transaction(x: Execution, cmd: Command, body: Body) -> None:
         output = await task
     except asyncio.CancelledError as exc:
         x.unreserve(seq)
-        if not x.interrupting:  # the body's own CancelledError (a library leaked one)
+        if not (x.interrupting or _cancelled()):  # the body's own (a library leaked one)
             await _failed(x, cmd, attempt, RuntimeError(f"CancelledError: {exc}"), body.retry,
                           x.clock.monotonic() - began)  # fmt: skip
             return
