@@ -86,3 +86,57 @@ def test_base_exceptions_from_user_code_fail_by_policy_and_never_stop_the_worker
     assert ok.status == "completed" and ok.output == "ok"
     assert worker.poll() is None
     assert _ran(log)[1] == pids == {str(worker.pid)}
+
+
+CHECKED_KINDS = ["exit", "interrupt", "custom"]
+
+
+def test_base_exceptions_from_validators_of_declared_types_fail_by_policy(
+    procs: Procs, client: SyncDurably, tmp_path: Path
+) -> None:
+    """A validator of a step's declared result type, of a child's result type or of the
+    workflow's input model is user code: what it raises fails the run by its policy
+    (compensations run), as if the workflow had raised it at that await."""
+    log = tmp_path / "ran.log"
+    worker = procs.worker("A", "--concurrency", "4", DURABLY_APP=APP, RAN_LOG=str(log))
+    runs = {(name, kind): client.start(name, kind if name != "checked-input" else
+                                       {"kind": kind}).run_id
+            for name in ("checked-step", "checked-child", "checked-input")
+            for kind in CHECKED_KINDS}  # fmt: skip
+    eventually_sync(
+        lambda: worker.poll() is not None or all(client.get_run(r).done for r in runs.values()),
+        timeout=60, what="every run to end",
+    )  # fmt: skip
+    assert worker.poll() is None, procs.log("A")[-3000:]
+    ran, pids = _ran(log)
+    for (name, kind), run_id in runs.items():
+        run = client.get_run(run_id)
+        assert (run.status, run.attempts) == ("failed", 2), (name, kind, run.error)
+        assert run.error is not None and run.error["type"] == TYPES[kind], (name, kind, run.error)
+        if name == "checked-step":  # its first step is undone, once
+            assert ran[(run_id, "compensate:reserve")] == 1, (kind, ran)
+    ok = client.wait(client.start("ok").run_id, timeout=scaled(30))
+    assert ok.status == "completed" and worker.poll() is None
+    assert pids == {str(worker.pid)}
+
+
+def test_an_error_whose_message_raises_fails_by_policy(
+    procs: Procs, client: SyncDurably, tmp_path: Path
+) -> None:
+    """Describing an error to store it calls its `__str__`, user code: what that raises
+    is not the worker's end; the error is stored with a placeholder for its message."""
+    log = tmp_path / "ran.log"
+    worker = procs.worker("A", DURABLY_APP=APP, RAN_LOG=str(log))
+    runs = {where: client.start("unprintable", where).run_id for where in ("step", "flow")}
+    eventually_sync(
+        lambda: worker.poll() is not None or all(client.get_run(r).done for r in runs.values()),
+        timeout=60, what="every run to end",
+    )  # fmt: skip
+    assert worker.poll() is None, procs.log("A")[-3000:]
+    step, flow = (client.get_run(runs[where]) for where in ("step", "flow"))
+    assert (flow.status, flow.attempts) == ("failed", 2), flow.error
+    assert flow.error is not None and flow.error["type"] == "Unprintable", flow.error
+    assert "str() raised SystemExit" in flow.error["message"], flow.error
+    assert (step.status, step.attempts) == ("failed", 2), step.error
+    assert step.error is not None and step.error["cause"]["type"] == "Unprintable", step.error
+    assert _ran(log)[0][(runs["step"], "unprintable")] == 4  # 2 attempts of each of 2 runs

@@ -13,6 +13,8 @@ import asyncio
 import os
 from typing import Any
 
+from pydantic import BaseModel, field_validator
+
 from durably import Durably, RetryPolicy, StepContext, SyncWorkflowContext, WorkflowContext
 
 app = Durably(os.environ.get("DURABLY_DATABASE_URL", "sqlite:///durably.db"))
@@ -108,3 +110,72 @@ def ok_body(ctx: StepContext) -> str:
 @app.workflow(name="ok", version="v1")
 async def ok(ctx: WorkflowContext) -> str:
     return await ctx.step.run("ok", ok_body)
+
+
+class Checked(BaseModel):
+    """A declared type whose validator raises what `kind` names: validation is user code.
+    As a workflow's input it raises only in a worker (WORKER_NAME), so it can be started."""
+
+    kind: str
+
+    @field_validator("kind")
+    @classmethod
+    def _check(cls, kind: str) -> str:
+        if kind in RAISES and (cls.__name__ != "CheckedInput" or os.environ.get("WORKER_NAME")):
+            raise RAISES[kind]()
+        return kind
+
+
+class CheckedInput(Checked):
+    pass
+
+
+def checked_body(ctx: StepContext, kind: str) -> Checked:
+    ran(ctx.run_id, ctx.step)
+    return Checked.model_construct(kind=kind)  # as stored; validated as it is received
+
+
+@app.workflow(name="checked-step", version="v1", retry=TWICE)
+async def checked_step(ctx: WorkflowContext, kind: str) -> str:
+    await ctx.step.run("reserve", reserve, compensate=release_once)
+    return (await ctx.step.run("checked", checked_body, kind)).kind
+
+
+@app.workflow(name="checked-child-of", version="v1")
+async def checked_child_of(ctx: WorkflowContext, kind: str) -> Checked:
+    return Checked.model_construct(kind=kind)
+
+
+@app.workflow(name="checked-child", version="v1", retry=TWICE)
+async def checked_child(ctx: WorkflowContext, kind: str) -> str:
+    ran(ctx.run_id, "checked-child")
+    return (await ctx.step.run_workflow(checked_child_of, kind)).kind
+
+
+@app.workflow(name="checked-input", version="v1", retry=TWICE)
+async def checked_input(ctx: WorkflowContext, value: CheckedInput) -> str:
+    ran(ctx.run_id, "checked-input")
+    return value.kind
+
+
+def release_once(ctx: StepContext, reserved: str) -> None:
+    ran(ctx.run_id, ctx.step)
+
+
+class Unprintable(Exception):
+    """An error whose message is user code too: its str() raises SystemExit."""
+
+    def __str__(self) -> str:
+        raise SystemExit(4)
+
+
+def unprintable_body(ctx: StepContext) -> None:
+    ran(ctx.run_id, ctx.step)
+    raise Unprintable
+
+
+@app.workflow(name="unprintable", version="v1", retry=TWICE)
+async def unprintable(ctx: WorkflowContext, where: str) -> None:
+    if where == "step":
+        await ctx.step.run("unprintable", unprintable_body, retry=TWICE)
+    raise Unprintable

@@ -4,9 +4,9 @@ and the stored form is this text, kept as it is (PostgreSQL `json`, SQLite TEXT)
 sees exactly what the first execution saw, key order and every float included. Never pickle.
 
 What JSON cannot hold is refused here, once for both backends (SPEC §4.20): NaN and
-±Infinity (pydantic writes them as bare `NaN`/`Infinity`, which no JSON reader takes), and
+±Infinity (pydantic writes them as bare `NaN`/`Infinity`, which no JSON reader takes),
 U+0000 (PostgreSQL cannot store it in JSON text; SQLite could, but a run must not depend on
-its backend)."""
+its backend), and an int of more than 4300 digits (Python's reader refuses it)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ from pydantic import TypeAdapter, ValidationError
 from .errors import InvalidInput, PayloadTooLarge
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
-_BARE = re.compile(rb"(?:^|[\[:,])-?(?:NaN|Infinity)")
+# Python's JSON reader refuses an int of more digits (int's default max_str_digits): a row
+# holding one could be written, never read back.
+INT_DIGITS = 4300
+_BARE = re.compile(rb"(?:^|[\[:,])-?(?:NaN|Infinity|[0-9]{%d})" % (INT_DIGITS + 1))
 # A run's history is read whole by every claim of it, as one JSON value: PostgreSQL's and
 # SQLite's limit for one value is 1 GB, and one run past it would fail the claim of every
 # run of its workflow. A run stops well before (see `Execution.spend_attempt`).
@@ -40,8 +43,8 @@ def encode(value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
             "(Durably(max_payload_bytes=...) sets it)"
         )
     # A search of the bytes costs next to nothing; only a text that may hold one is read to
-    # be sure. pydantic writes NaN and ±Infinity bare, where a value starts: matching only
-    # there keeps "NaN" inside a string (base64, prose) off the slow path.
+    # be sure. pydantic writes NaN, ±Infinity and ints bare, where a value starts: matching
+    # only there keeps "NaN" or digits inside a string (base64, prose) off the slow path.
     if _BARE.search(data) or b"\\u0000" in data:
         _refuse_unholdable(data, what)
     return data.decode()
@@ -56,13 +59,13 @@ def parse(text: str, what: str) -> Any:
     """The value of JSON text a user typed (CLI, dashboard); InvalidInput naming `what` if
     it is not JSON, or holds what JSON cannot (Python's reader takes NaN and Infinity)."""
     try:
-        value = json.loads(text, parse_constant=_constant)
-    except _Unholdable as exc:
-        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+        value = json.loads(text, parse_constant=_constant, parse_int=_int)
     except json.JSONDecodeError as exc:
         raise InvalidInput(
             f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except ValueError as exc:  # ours, or the reader's own (a number it cannot convert)
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
     if _holds_nul(value):
         raise InvalidInput(f"{what} {_NUL}")
     return value
@@ -87,9 +90,17 @@ def _constant(token: str) -> Any:
                       "use None or a string instead")  # fmt: skip
 
 
+def _int(token: str) -> int:
+    digits = len(token.lstrip("-"))
+    if digits > INT_DIGITS:  # whatever this process allows: the reader may be another
+        raise _Unholdable(f"it holds an integer of {digits} digits, and JSON readers take "
+                          f"at most {INT_DIGITS}: store it as a string")  # fmt: skip
+    return int(token)
+
+
 def _refuse_unholdable(data: bytes, what: str) -> None:
     try:
-        value = json.loads(data, parse_constant=_constant)
+        value = json.loads(data, parse_constant=_constant, parse_int=_int)
     except _Unholdable as exc:
         raise InvalidInput(f"{what} is not JSON: {exc}") from None
     if _holds_nul(value):

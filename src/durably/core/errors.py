@@ -185,7 +185,8 @@ class NonRetryableError(Exception):
 class BaseFailure(Exception):
     """A `BaseException` that is not an `Exception`, raised by user code, carried as an
     ordinary failure (asyncio lets `SystemExit` and `KeyboardInterrupt` out of the event
-    loop, and `except Exception` misses them all). It is stored as the error it carries."""
+    loop, and `except Exception` misses them all); also a `StopIteration`, which no asyncio
+    future takes. It is stored as the error it carries."""
 
     def __init__(self, error: BaseException) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
@@ -194,12 +195,15 @@ class BaseFailure(Exception):
 
 def user_failure(exc: BaseException) -> BaseException:
     """`exc`, raised by user code (a body, a compensation), as the engine handles it: an
-    `Exception` or the engine's own cancellation as it is, anything else in a `BaseFailure`.
+    `Exception` (but StopIteration) or the engine's own cancellation as it is, anything
+    else in a `BaseFailure`.
 
     A `GeneratorExit` with no frame below the one that caught it was not raised by user
     code: it is the close() of the engine's own coroutine (a pending task collected), which
     must go on unwinding.
     """
+    if isinstance(exc, StopIteration):  # no future takes it (a sync body's would hang)
+        return BaseFailure(exc)
     if isinstance(exc, Exception | asyncio.CancelledError):
         return exc
     tb = exc.__traceback__
@@ -215,19 +219,31 @@ def describe(exc: BaseException, traceback: bool = True) -> dict[str, Any]:
     if isinstance(exc, StepFailedError):
         return {"type": "StepFailedError", "message": _storable(str(exc)), "step": exc.step,
                 "attempts": exc.attempts, "cause": exc.error}  # fmt: skip
-    out: dict[str, Any] = {"type": type(exc).__name__, "message": _storable(str(exc))}
+    out: dict[str, Any] = {"type": type(exc).__name__, "message": _storable(message(exc))}
     if traceback and exc.__traceback__ is not None:
         out["traceback"] = _storable("".join(_tb.format_exception(exc))[-8000:])
     return out
+
+
+def message(exc: BaseException) -> str:
+    """`str(exc)`, which runs user code (an error's `__str__`): whatever that raises, a
+    placeholder saying so."""
+    try:
+        return str(exc)
+    except BaseException as failed:  # SystemExit too: it is not the worker's end
+        return f"<str() raised {type(failed).__name__}>"
 
 
 MESSAGE_CHARS = 16_000  # an error is for people: a whole HTTP body in it helps nobody
 
 
 def _storable(text: str) -> str:
-    # PostgreSQL cannot store NUL in text or JSON; and a message can be any size, while
-    # what is stored must stay small enough to end the run with (see `max_payload`).
+    # PostgreSQL cannot store NUL in text or JSON, and no UTF-8 holds a lone surrogate (a
+    # `surrogateescape`d byte, half a UTF-16 pair); a message can be any size, while what
+    # is stored must stay small enough to end the run with (see `max_payload`).
     if len(text) > MESSAGE_CHARS:
         half, cut = MESSAGE_CHARS // 2, len(text) - MESSAGE_CHARS
         text = f"{text[:half]} … [{cut} characters cut] … {text[-half:]}"
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text.replace("\x00", "\\x00")

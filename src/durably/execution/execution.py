@@ -29,6 +29,7 @@ from ..core import telemetry as _telemetry
 from ..core.clock import Clock
 from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode, validate
 from ..core.errors import (
+    BaseFailure,
     DatabaseUnavailable,
     DeadlineExceeded,
     DurablyError,
@@ -114,6 +115,7 @@ class Execution(LiveWaits, Lifecycles):
         self.replaying = True
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
+        self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
         self.compensations: list[tuple[int, Command]] = []
         self._compensated = self.history.compensations_done()
@@ -203,6 +205,7 @@ class Execution(LiveWaits, Lifecycles):
         cmd.recorded = rec
         cmd.gate = self.log.delivered
         cmd.dropped = self._dropped
+        cmd.issuer = asyncio.current_task(self.loop)
         cmd.future.add_done_callback(lambda future: self._awaited_no_more(cmd, future))
         self.commands[cmd.position] = cmd
         if rec is None or not rec.resolves:
@@ -214,8 +217,12 @@ class Execution(LiveWaits, Lifecycles):
         poisoned at once, so its next step call raises and nothing it issued starts (the
         same place live and on replay: the code decides it). Let go of later, outside the
         workflow's pass (the run parked, or ended), it is not a mistake of the code's."""
-        if self.loop.is_running() and not self.concluded:
-            self.poison(never_awaited(cmd))
+        if not self.loop.is_running() or self.concluded:
+            return
+        if _cancelled_issuer(cmd):
+            return
+        self._drop_error = never_awaited(cmd)
+        self.poison(self._drop_error)
 
     def poison(self, error: BaseException) -> None:
         """The workflow did what cannot be replayed: never drive it again; the run fails."""
@@ -240,9 +247,13 @@ class Execution(LiveWaits, Lifecycles):
                 cmd.future.set_exception(outcome.error)
             else:
                 try:
-                    cmd.future.set_result(_typed(cmd, outcome.value))
-                except InvalidInput as exc:
+                    value = _typed(cmd, outcome.value)
+                except Exception as exc:  # InvalidInput, or a validator's own error
                     cmd.future.set_exception(exc)
+                except BaseException as exc:  # a validator is user code (SPEC §4.20)
+                    cmd.future.set_exception(BaseFailure(exc))
+                else:
+                    cmd.future.set_result(value)
         self.loop.run_until_blocked()
         return received
 
@@ -269,8 +280,10 @@ class Execution(LiveWaits, Lifecycles):
                 await self._execute()
         except (LeaseLostError, DatabaseUnavailable) as exc:
             log.warning("run %s: %s; it is left to be claimed again", self.run_id, exc)
-        except (Exception, asyncio.CancelledError) as exc:  # a defect: end the run, no loop
+        except BaseException as exc:  # a defect: end the run, no loop (never the worker)
             task = asyncio.current_task()
+            if isinstance(exc, GeneratorExit):  # this coroutine closed: it cannot await
+                raise
             if isinstance(exc, asyncio.CancelledError) and task and task.cancelling():
                 # Cancelled from outside (the event loop shutting down), not by a defect:
                 # the run is left to its lease, then claimed again.
@@ -403,11 +416,22 @@ class Execution(LiveWaits, Lifecycles):
         if stop is not None:
             await self._fail(stop.error, retry=False)
             return
-        if self.fatal is not None:
+        if self.fatal is not None and not self._own_error(main):
             await self._fail(self.fatal, retry=False)
             return
         assert main is not None
         await self._ended(main)
+
+    def _own_error(self, main: asyncio.Task[Any] | None) -> bool:
+        """The workflow failed with an error of its own, which dropped a step as it
+        propagated (a gather whose building raised): that error is the run's, not the
+        forgotten await the drop reported."""
+        if self.fatal is None or self.fatal is not self._drop_error:
+            return False
+        if main is None or not main.done() or main.cancelled():
+            return False
+        error = main.exception()
+        return error is not None and error is not self.fatal
 
     async def _ended(self, main: asyncio.Task[Any]) -> None:
         if main.cancelled():
@@ -417,7 +441,8 @@ class Execution(LiveWaits, Lifecycles):
         if error is not None:
             await self._fail(error, retry=True)
             return
-        forgotten = [c for c in self.commands.values() if not c.awaited]
+        forgotten = [c for c in self.commands.values()
+                     if not c.awaited and not _cancelled_issuer(c)]  # fmt: skip
         if forgotten:  # returned (not dropped) or kept to the end, never awaited
             await self._fail(never_awaited(forgotten[0]), retry=False)
             return
@@ -430,20 +455,21 @@ class Execution(LiveWaits, Lifecycles):
 
     async def _fail(self, error: BaseException, retry: bool) -> None:
         await self._quiesce()
+        described = describe(error)  # once: its message is the user's code
         attempts = self.row["attempts"]
         if retry and attempts < self.row["max_attempts"]:
             # Its waits end with it, in the retry's transaction (see `RunEnds.retry_run`).
             delay = self.workflow.retry.delay(attempts).total_seconds()
-            log.warning("run %s: attempt %d failed (%s); retrying in %gs",
-                        self.run_id, attempts, error, delay)  # fmt: skip
+            log.warning("run %s: attempt %d failed (%s: %s); retrying in %gs", self.run_id,
+                        attempts, described["type"], described["message"], delay)  # fmt: skip
             self.concluded = True
             resumes = decode(self.row.get("resumes")) or ()
-            await self.store.retry_run(self.lease, describe(error), delay, resumes)
+            await self.store.retry_run(self.lease, described, delay, resumes)
             self.on_park(delay)
             return
-        log.warning("run %s failed: %s", self.run_id, error)
+        log.warning("run %s failed: %s: %s", self.run_id, described["type"], described["message"])
         await self._compensate()
-        await self._finish("failed", error=describe(error))
+        await self._finish("failed", error=described)
 
     async def _compensate(self) -> None:
         """Run each completed step's undo once, newest first (durably: recorded steps).
@@ -514,3 +540,10 @@ def _typed(cmd: Command, value: Any) -> Any:
     if cmd.result_type is Any:
         return value
     return validate(cmd.result_type, value, "a step result")
+
+
+def _cancelled_issuer(cmd: Command) -> bool:
+    """The task that issued `cmd` was cancelled (a `wait_first` loser): what it held is let
+    go of on purpose, as its own awaited futures are (as it unwinds, or later)."""
+    task = cmd.issuer
+    return task is not None and (task.cancelling() > 0 or task.cancelled())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -54,7 +55,7 @@ async def run_function(x: Claimed, cmd: Command, body: Body) -> None:
         output = x.encode(result, f"the result of step {cmd.name!r}")
     except asyncio.CancelledError as exc:
         await start.settle()
-        if not x.interrupting:  # the body's own CancelledError (a library leaked one)
+        if not (x.interrupting or _cancelled()):  # the body's own (a library leaked one)
             await _failed(x, cmd, attempt, RuntimeError(f"CancelledError: {exc}"), body.retry,
                           x.clock.monotonic() - began)  # fmt: skip
             return
@@ -69,6 +70,13 @@ async def run_function(x: Claimed, cmd: Command, body: Body) -> None:
         cmd.position, attempt, cmd.name, cmd.kind, "completed", output_json=output,
         compensable=cmd.compensate is not None, elapsed_s=x.clock.monotonic() - began,
     ), value=decode(output))  # fmt: skip
+
+
+def _cancelled() -> bool:
+    """This lifecycle's task is being cancelled from outside (the event loop shutting down
+    cancels every task, a body's and its lifecycle's alike): the engine's cancellation."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _backing_off(x: Claimed, cmd: Command) -> bool:
@@ -214,8 +222,11 @@ async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
     seq = x.log.reserve()
     # The body's task, interrupted as any step body is (a cancel, a lost lease): its
     # transaction is rolled back at once, not when the execution's lifecycles end.
+    # A sync body runs in the connection's thread on SQLite: contained there (StopIteration).
+    is_async = inspect.iscoroutinefunction(body.fn)
+    fn = body.fn if is_async else functools.partial(_contained_call, body.fn)
     task = asyncio.ensure_future(x.store.transact(
-        x.lease, x.lease_s, cmd.position, attempt, cmd.name, seq, body.fn, body.args,
+        x.lease, x.lease_s, cmd.position, attempt, cmd.name, seq, fn, body.args,
         lambda value: x.encode(value, f"the result of step {cmd.name!r}"),
     ))  # fmt: skip
     cmd.body = task
@@ -223,8 +234,12 @@ async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
         task.cancel()
     try:
         output = await task
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
         x.log.unreserve(seq)
+        if not (x.interrupting or _cancelled()):  # the body's own (a library leaked one)
+            await _failed(x, cmd, attempt, RuntimeError(f"CancelledError: {exc}"), body.retry,
+                          x.clock.monotonic() - began)  # fmt: skip
+            return
         await x.record_canceled(cmd, attempt, x.clock.monotonic() - began)
         return
     except Exception as exc:
@@ -250,7 +265,14 @@ async def run_compensation(x: Claimed, cmd: Command) -> None:
             x, comp, body.sig[2], spend=False, wants_ctx=body.sig[0]
         )
         try:
-            await _invoke(x, comp, body, attempt, start, interruptible=False)
+            try:
+                await _invoke(x, comp, body, attempt, start, interruptible=False)
+            except asyncio.CancelledError as cancel:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():  # the engine's own: the execution stops
+                    raise
+                # An undo is never interrupted by the engine: this one is its own.
+                raise RuntimeError(f"CancelledError: {cancel}") from cancel
         except Exception as exc:
             await start.settle()
             error = describe(exc)

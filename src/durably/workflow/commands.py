@@ -69,6 +69,7 @@ class Command:
     signal: str | None = None  # the name a signal wait waits for
     awaited: bool = False
     dropped: Callable[[Command], None] | None = None  # its StepCall went, never awaited
+    issuer: asyncio.Task[Any] | None = None  # the workflow's task that issued it
     # The engine's bookkeeping of the command while it runs it (`execution`):
     gate: int = 0  # results up to this seq must be durable before the lifecycle starts
     recording: bool = False  # the outcome is known, its record is being written

@@ -1,7 +1,7 @@
-"""Values JSON cannot hold (NaN, ±Infinity, U+0000) are refused where they are produced,
-with InvalidInput naming the place, the same on both backends (SPEC §4.20): a step or a
-workflow result fails for good through the normal path (compensations run, children are
-canceled); a client's start or send writes nothing."""
+"""Values JSON cannot hold (NaN, ±Infinity, U+0000, an int past 4300 digits) are refused
+where they are produced, with InvalidInput naming the place, the same on both backends
+(SPEC §4.20): a step or a workflow result fails for good through the normal path
+(compensations run, children are canceled); a client's start or send writes nothing."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import pytest
 from durably import Durably, InvalidInput, RunFailedError, StepFailedError, WorkflowContext
 from tests.helpers import eventually, scaled
 
-UNHOLDABLE = [math.nan, math.inf, -math.inf, "a\x00b", {"k\x00": 1}, [1, {"x": math.nan}]]
-IDS = ["nan", "inf", "-inf", "nul", "nul-key", "nested-nan"]
+# An int of over 4300 digits: Python writes it, but its reader (json.loads) refuses it.
+UNHOLDABLE = [math.nan, math.inf, -math.inf, "a\x00b", {"k\x00": 1}, [1, {"x": math.nan}],
+              {"n": -(10**4300)}]  # fmt: skip
+IDS = ["nan", "inf", "-inf", "nul", "nul-key", "nested-nan", "huge-int"]
 
 
 def _app(db_url: str, undone: list[str]) -> Durably:

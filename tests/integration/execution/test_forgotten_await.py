@@ -99,3 +99,40 @@ async def test_awaitables_kept_gathered_or_in_tasks_and_children_left_alone_stil
         run = await (await legit.start()).wait(timeout=scaled(20))
     assert run.status == "completed", run.error
     assert run.output == ["a", "b", "c", "d", "e", "f", "g", "h", "kept", [0, "i"]]
+
+
+async def test_a_step_dropped_by_an_error_or_a_cancellation_is_no_forgotten_await(
+    db_url: str,
+) -> None:
+    """A step issued as a gather is built, dropped because building it failed, leaves the
+    user's error to fail the run (by its policy); a `wait_first` loser cancelled while it
+    holds an issued step it would await later fails nothing."""
+    app = Durably(db_url)
+
+    def body(what: str) -> str:
+        return what
+
+    def bad() -> str:
+        raise ValueError("no argument for b")
+
+    @app.workflow(name="builds", version="v1")
+    async def builds(ctx: WorkflowContext) -> tuple[str, str]:
+        return await ctx.gather(ctx.step.run("a", body, "a"), ctx.step.run("b", body, bad()))
+
+    @app.workflow(name="races", version="v1")
+    async def races(ctx: WorkflowContext) -> Any:
+        async def slow() -> str:
+            later = ctx.step.run("later", body, "later")
+            await ctx.step.sleep("long", "1h")
+            return await later
+
+        first = await ctx.wait_first(ctx.step.run("quick", body, "quick"), slow())
+        return [first, await ctx.step.run("after", body, "after")]
+
+    async with app, app.worker():
+        built = await (await builds.start()).wait(timeout=scaled(20))
+        raced = await (await races.start()).wait(timeout=scaled(20))
+    assert built.status == "failed", built.error
+    assert built.error is not None and built.error["type"] == "ValueError", built.error
+    assert raced.status == "completed", raced.error
+    assert raced.output == [[0, "quick"], "after"]
