@@ -3,7 +3,7 @@ ones refused at declaration with nothing registered."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -66,3 +66,19 @@ def test_a_scheduled_workflow_must_take_the_tick_as_input() -> None:
 def test_bad_rates(rate: str) -> None:
     with pytest.raises(ConfigurationError):
         parse_rate(rate)
+
+
+def test_due_ticks_are_the_newest_counted_back_from_now() -> None:
+    every_5 = Schedule("*/5 * * * *")
+    now = datetime(2026, 1, 1, 12, 3, tzinfo=UTC)
+    assert every_5.due(None, now, 2) == [
+        datetime(2026, 1, 1, 11, 55, tzinfo=UTC), datetime(2026, 1, 1, 12, 0, tzinfo=UTC),
+    ]  # fmt: skip
+    assert every_5.due(datetime(2026, 1, 1, 11, 55, tzinfo=UTC), now, 10) == [
+        datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    ]
+    assert every_5.due(None, datetime(2026, 1, 1, 12, 0, tzinfo=UTC), 1) == [
+        datetime(2026, 1, 1, 12, 0, tzinfo=UTC)  # a tick at `until` is due
+    ]
+    week_of_seconds = Schedule("* * * * * *").due(now - timedelta(days=7), now, 3)
+    assert week_of_seconds == [now - timedelta(seconds=2), now - timedelta(seconds=1), now]

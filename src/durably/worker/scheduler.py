@@ -5,7 +5,9 @@ of a tick has the idempotency key `schedule:<name>:<tick>`, so workers that star
 once (or a worker restarted within the tick) find the one run that exists. A worker
 starts at the first tick after it comes up: ticks missed while no worker ran are skipped,
 unless `backfill=True`, which starts those after the last tick recorded (`schedules`
-table), at most `MAX_BACKFILL` of them.
+table), the newest `MAX_BACKFILL` of them. A worker that wakes late (stopped, its loop
+blocked, the machine asleep) does the same: the newest missed tick, or with backfill the
+newest `MAX_BACKFILL`, never one run for each tick missed.
 """
 
 from __future__ import annotations
@@ -52,14 +54,25 @@ class Scheduler:
         while True:
             now = self._now()
             for wf, ticks in pending.items():
-                assert wf.schedule is not None
-                while ticks[0] <= now:
-                    await self._retrying(self._fire, wf, ticks[0])
-                    tick = ticks.popleft()
-                    if not ticks:
-                        ticks.append(wf.schedule.after(tick))
+                if ticks[0] <= now:
+                    for tick in self._due(wf, ticks, now):
+                        await self._retrying(self._fire, wf, tick)
+                    assert wf.schedule is not None
+                    pending[wf] = collections.deque([wf.schedule.after(now)])
             wait = min(t[0] for t in pending.values()) - self._now()
             await asyncio.sleep(max(wait.total_seconds(), 0.001))
+
+    def _due(
+        self, wf: Definition[Any, Any], ticks: collections.deque[datetime], now: datetime
+    ) -> list[datetime]:
+        """The ticks to start now. Woken late (a stopped or blocked worker, a machine that
+        slept), a schedule without backfill starts only the newest tick it missed, one
+        with backfill the newest MAX_BACKFILL: never one run for each tick missed."""
+        assert wf.schedule is not None
+        if not wf.schedule.backfill:
+            return wf.schedule.due(None, now, 1)
+        later = wf.schedule.due(ticks[-1], now, MAX_BACKFILL)  # after the last one known
+        return ([t for t in ticks if t <= now] + later)[-MAX_BACKFILL:]
 
     async def _retrying(self, fn: Any, *args: Any) -> Any:
         delay = 0.1
@@ -76,14 +89,12 @@ class Scheduler:
         last recorded, up to now, and the next."""
         assert wf.schedule is not None
         now = self._now()
-        ticks: collections.deque[datetime] = collections.deque(maxlen=MAX_BACKFILL)
+        ticks: collections.deque[datetime] = collections.deque()
         if wf.schedule.backfill:
             await self.app.open()
             last = await Ticks(self.app.store).last(wf.name)
-            tick = wf.schedule.after(last) if last is not None else now
-            while last is not None and tick <= now:
-                ticks.append(tick)
-                tick = wf.schedule.after(tick)
+            if last is not None:
+                ticks.extend(wf.schedule.due(last, now, MAX_BACKFILL))
         next_tick = wf.schedule.after(now)
         if not ticks or ticks[-1] < next_tick:
             ticks.append(next_tick)

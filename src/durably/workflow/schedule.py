@@ -4,7 +4,7 @@ parsed by `cronsim`. The worker's task that starts its runs is `worker.scheduler
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -40,6 +40,19 @@ class Schedule:
         """The first tick strictly after `instant`, in UTC."""
         tick = next(CronSim(self.cron, instant.astimezone(ZoneInfo(self.tz))))
         return tick.astimezone(UTC)
+
+    def due(self, since: datetime | None, until: datetime, limit: int) -> list[datetime]:
+        """The ticks after `since` (None: any) up to `until` included, in UTC, oldest
+        first: the newest `limit` of them (counted back from `until`, so a week of
+        missed seconds costs `limit` steps, not 600,000)."""
+        start = (until + timedelta(microseconds=1)).astimezone(ZoneInfo(self.tz))
+        ticks: list[datetime] = []
+        for tick in CronSim(self.cron, start, reverse=True):
+            at = tick.astimezone(UTC)
+            if len(ticks) >= limit or (since is not None and at <= since):
+                break
+            ticks.append(at)
+        return ticks[::-1]
 
     def to_dict(self) -> dict[str, Any]:
         return {"schedule": self.cron, "tz": self.tz, "backfill": self.backfill}
