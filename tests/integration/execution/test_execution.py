@@ -290,7 +290,8 @@ async def test_parent_deadline_and_failure_cancel_children(db_url: str) -> None:
         await kept
 
     async with app, app.worker():
-        by_deadline = await parent.start("deadline", deadline_at="+300ms")
+        # A deadline past the parent's first claim (it starts the children), busy or not.
+        by_deadline = await parent.start("deadline", deadline_at=f"+{scaled(1)}s")
         by_failure = await parent.start("fail")
         runs = [
             await by_deadline.wait(timeout=scaled(20)),

@@ -113,7 +113,7 @@ async def test_signal_sent_between_workflow_attempts_is_lost(db_url: str) -> Non
         await gate.wait()
 
     @app.workflow(
-        name="retried", version="v1", retry=RetryPolicy(max_attempts=2, initial_interval="2s")
+        name="retried", version="v1", retry=RetryPolicy(max_attempts=2, initial_interval="30s")
     )
     async def retried(ctx: Any) -> Any:
         attempt_seen.append(ctx.attempt)
@@ -126,7 +126,7 @@ async def test_signal_sent_between_workflow_attempts_is_lost(db_url: str) -> Non
     async with Environment(app, database=database) as env:  # the back-off is skipped
         handle = await retried.start()
         await env.wait_until_idle()
-        # attempt 1 failed and is pending its retry (2s back-off)
+        # attempt 1 failed and is pending its retry (30s back-off, skipped)
         assert await _run_attempts(app, handle.run_id, 2)
         await app.send_signal("go", {"v": 1})
         assert await env.skip_time() >= timedelta(seconds=1)
