@@ -169,13 +169,9 @@ class Environment:
         deadline = time.monotonic() + limit
         while True:
             change = self.worker.next_change()  # taken first: no change is missed
-            # Twice in a row: a claim in flight shows as a running run, a run that just
-            # parked as a held one; either makes the first look busy, not the second.
             idle, next_at = await self._idle()
             if idle:
-                idle, next_at = await self._idle()
-                if idle:
-                    return next_at
+                return next_at
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"runs were still working after {limit:g}s")
@@ -189,7 +185,11 @@ class Environment:
         next_at, db_now = await self.worker.next_due()  # its queues' runs included
         if next_at is not None and next_at <= db_now:
             return False, None
-        return not self.worker.running, next_at
+        # A due run of a queue is not in `next_due` (it waits for a slot), and neither is a
+        # run whose claim is in flight: a claim round begun after this look that claims
+        # nothing proves that no run is due but held back by a limit, which only a run
+        # ending frees.
+        return await self.worker.claim_round(), next_at
 
     async def _advance(self, seconds: float) -> None:
         # The worker's queue declarations are dated by the database's clock: renewed past
@@ -209,5 +209,7 @@ class Environment:
                 if idle and next_at is not None and self.clock.waiters:
                     await self.skip_time(timeout="1h")
                     continue
+                if idle:  # the proving claim round was a change itself: wait for the next
+                    changes[0] = self.worker.next_change()
             await asyncio.wait(changes, timeout=_FALLBACK_S,
                                return_when=asyncio.FIRST_COMPLETED)  # fmt: skip

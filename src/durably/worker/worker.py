@@ -114,6 +114,8 @@ class Worker:
         # Done when `run()` has returned (a concurrent future: awaitable from any loop).
         self.ended: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._watchers: list[asyncio.Future[None]] = []  # see `next_change`
+        self._round_waiters: list[asyncio.Future[bool]] = []  # see `claim_round`
+        self._claiming = False  # the claim loop runs
 
     # --------------------------------------------------------------- lifecycle
 
@@ -232,6 +234,18 @@ class Worker:
         self._watchers.append(future)
         return future
 
+    def claim_round(self) -> asyncio.Future[bool]:
+        """A future of the next claim round, begun after this call: True if it claimed
+        nothing while no run was executing. `durably.testing` asks for one to tell due runs
+        a queue's limit holds back (none claimed) from due runs not claimed yet."""
+        future = asyncio.get_running_loop().create_future()
+        if not self._claiming:
+            future.set_result(False)  # no round will come
+        else:
+            self._round_waiters.append(future)
+            self._announce()
+        return future
+
     def _activity(self) -> None:
         watchers, self._watchers = self._watchers, []
         for future in watchers:
@@ -244,6 +258,17 @@ class Worker:
         return list(self.app.workflows)
 
     async def _claim_loop(self) -> None:
+        self._claiming = True
+        try:
+            await self._claim_rounds()
+        finally:
+            self._claiming = False
+            for future in self._round_waiters:
+                if not future.done():
+                    future.set_result(False)  # no round will come
+            self._round_waiters = []
+
+    async def _claim_rounds(self) -> None:
         backoff = 0.1
         # While busy, a finished run alone does not trigger a claim: slots are gathered
         # into batches of a quarter of the concurrency, so a saturated worker claims a few
@@ -254,10 +279,13 @@ class Worker:
             self._wake.clear()
             timeout = self.poll_s
             free = self.concurrency - len(self.running)
+            asked, self._round_waiters = self._round_waiters, []
+            quiet = False
             try:
                 if free > 0 and (self._hint or free >= batch or not self.running):
                     self._hint = False
                     rows = await self._claimer.claim(free, list(self.running))
+                    quiet = not rows and not self.running
                     for row, confirm in rows:
                         self._execute(row, confirm)
                     if len(rows) == free:
@@ -281,6 +309,10 @@ class Worker:
                 log.exception("claim failed; retrying in %.1fs", backoff)
                 timeout, backoff = backoff, min(backoff * 2, 5.0)
                 self._hint = True
+            finally:
+                for future in asked:
+                    if not future.done():
+                        future.set_result(quiet)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):  # no task of its own, as wait_for makes
                     await self._wake.wait()
