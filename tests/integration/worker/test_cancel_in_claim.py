@@ -22,9 +22,7 @@ from tests.helpers import eventually, scaled
 NAME = "cancel-in-claim-window"
 
 
-def _apps(
-    pg_url: str, proxy: FaultProxy
-) -> tuple[Durably, Durably, Any, dict[str, asyncio.Event]]:
+def _apps(pg_url: str, proxy: FaultProxy) -> tuple[Durably, Durably, Any, dict[str, asyncio.Event]]:
     worker_app, client = Durably(proxy.url_for(pg_url)), Durably(pg_url)
     seen = {"started": asyncio.Event(), "interrupted": asyncio.Event()}
 
