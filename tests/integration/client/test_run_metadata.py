@@ -4,6 +4,7 @@ every replay (issue 31 item 14, from OpenWorkflow's suite)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from datetime import datetime
 from typing import Any
 
@@ -45,7 +46,7 @@ async def test_a_workflow_sees_its_runs_times_and_attempt_on_every_replay(db_url
             seen.clear()
             handle = await wf.start()
             # Sent once it waits (a short sleep, or a signal sent first, may not park it).
-            await eventually(lambda h=handle: _waiting(h), what="the run to park")
+            await eventually(functools.partial(_waiting, handle), what="the run to park")
             await app.send_signal("go", None)
             await handle.result(timeout=scaled(10))
             run = await handle.get()
