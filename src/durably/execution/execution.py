@@ -115,6 +115,7 @@ class Execution(LiveWaits, Lifecycles):
         self.replaying = True
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
+        self._bad_input: InvalidInput | None = None  # the stored input does not fit
         self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
         self.compensations: list[tuple[int, Command]] = []
@@ -439,7 +440,7 @@ class Execution(LiveWaits, Lifecycles):
             return
         error = main.exception()
         if error is not None:
-            await self._fail(error, retry=True)
+            await self._fail(error, retry=error is not self._bad_input)
             return
         forgotten = [c for c in self.commands.values()
                      if not c.awaited and not _cancelled_issuer(c)]  # fmt: skip
@@ -506,7 +507,13 @@ class Execution(LiveWaits, Lifecycles):
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow
-        value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
+        try:
+            value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
+        except InvalidInput as exc:
+            # Written unvalidated by a thin client (`app.start` by name): every attempt
+            # would fail alike, so none is retried.
+            self._bad_input = exc
+            raise
         if wf.sync:
             return await self._call_sync_workflow(value)
         ctx = WorkflowContext(

@@ -32,6 +32,7 @@ from ..store.queues import QueueClaims
 from ..store.recorder import StepRecorder
 from ..workflow.queue import Queue
 from . import retention as _retention
+from .byname import served
 from .claimer import Claimer
 from .early import EarlyCancels
 from .host import Host
@@ -259,7 +260,9 @@ class Worker:
     # --------------------------------------------------------------- claiming
 
     def _pairs(self) -> list[tuple[str, str]]:
-        return list(self.app.workflows)
+        # Advertised with `(name, NEWEST)`: `list_stuck` then leaves out the runs thin
+        # clients started that this worker will bind (see `byname`).
+        return [(s.workflow, s.version) for s in served(self.app.workflows)]
 
     async def _claim_loop(self) -> None:
         self._claiming = True
