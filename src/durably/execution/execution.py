@@ -52,11 +52,11 @@ from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
 from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
 from .claimed import Claimed
+from .compensations import run_compensation
 from .lifecycles import Lifecycles
 from .livewaits import LiveWaits
 from .loop import WorkflowLoop
 from .runlog import Outcome, RunLog, Stop
-from .steps import run_compensation
 
 if TYPE_CHECKING:
     from ..workflow.definition import Definition
@@ -118,7 +118,8 @@ class Execution(LiveWaits, Lifecycles):
         self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
         self.compensations: list[tuple[int, Command]] = []
-        self._compensated = self.history.compensations_done()
+        self._compensated = self.history.compensations_done()  # or taken by this claim
+        self._replayed_seq = 0  # the log entry replay handed back last
         self._home: asyncio.AbstractEventLoop | None = None
         self.steps = StepApi(self)
         self._sync: SyncDriver | None = None
@@ -181,6 +182,10 @@ class Execution(LiveWaits, Lifecycles):
     def next_position(self) -> int:
         """The position the workflow's next step will take."""
         return self._position + 1
+
+    def received(self) -> int:
+        """The log entry the workflow received last (the same at a call, replayed or not)."""
+        return self._replayed_seq if self.replaying else self.log.delivered
 
     def issue(self, cmd_factory: Callable[[int], Command], name: str, kind: str) -> Command:
         """Give the workflow's next step its position and check it against history."""
@@ -370,6 +375,7 @@ class Execution(LiveWaits, Lifecycles):
                 ))  # fmt: skip
                 return
             value = None if rec.kind == "sleep" else rec.output
+            self._replayed_seq = rec.seq or 0
             if rec.completed:
                 if cmd.compensate is not None:
                     cmd.value = value
@@ -474,15 +480,27 @@ class Execution(LiveWaits, Lifecycles):
     async def _compensate(self) -> None:
         """Run each completed step's undo once, newest first (durably: recorded steps).
         Every step record still in flight is made durable first: a step that completed is
-        undone, even when its record's own write is late or failed."""
+        undone, even when its record's own write is late or failed. A `compensate()` still
+        undoing is waited for (undos are never interrupted): its steps are taken."""
         await self._quiesce(fold=True)
         await self.log.write_in_flight()
-        done = self._compensated
-        todo = [cmd for _, cmd in sorted(self.compensations, key=lambda c: c[0], reverse=True)]
-        for cmd in todo:
-            if cmd.position not in done:
-                done.add(cmd.position)
-                await run_compensation(self, cmd)
+        undoing = [task for task, cmd in self._active.items() if cmd.kind == "compensate"]
+        if undoing:
+            await asyncio.wait(undoing)
+        for cmd in self.take_undos():
+            await run_compensation(self, cmd)
+
+    def take_undos(self, through: int | None = None) -> list[Command]:
+        newest = sorted(self.compensations, key=lambda c: c[0], reverse=True)
+        todo = list(dict.fromkeys(
+            cmd for seq, cmd in newest
+            if (through is None or seq <= through) and cmd.position not in self._compensated
+        ))  # fmt: skip
+        self._compensated.update(cmd.position for cmd in todo)
+        return todo
+
+    def undo_failed(self, cmd: Command) -> None:
+        self._compensated.discard(cmd.position)
 
     async def _finish(
         self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None

@@ -23,6 +23,7 @@ from .commands import (
     Body,
     Child,
     Command,
+    Compensate,
     SetEvent,
     SignalSend,
     SignalWait,
@@ -159,21 +160,23 @@ class StepApi:
         cmd = self._issue(name, "function", body, result_type=sig[1], compensate=compensate)
         return StepCall(cmd)
 
+    # `compensate` takes the body's connection type and its result: `undo(conn, result)`.
     @overload
     def transaction(
         self, name: str, fn: Callable[[Conn, *Ts], Awaitable[R]], *args: *Ts,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy | None = None, compensate: Callable[[Conn, R], object] | None = None,
     ) -> StepCall[R]: ...  # fmt: skip
 
     @overload
     def transaction(
         self, name: str, fn: Callable[[Conn, *Ts], R], *args: *Ts,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy | None = None, compensate: Callable[[Conn, R], object] | None = None,
     ) -> StepCall[R]: ...  # fmt: skip
 
     def transaction(
-        self, name: str, fn: Callable[..., Any], *args: *Ts, retry: RetryPolicy | None = None
-    ) -> StepCall[Any]:
+        self, name: str, fn: Callable[..., Any], *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None,
+    ) -> StepCall[Any]:  # fmt: skip
         """Run `fn(conn, *args)` in one database transaction with the step's record.
 
         The business writes and the step's result commit together, or neither does. The
@@ -189,10 +192,37 @@ class StepApi:
         by `retry`. `conn` is a psycopg `AsyncConnection` on PostgreSQL (write
         `async def fn`) and a `sqlite3.Connection` on SQLite. The result is validated into
         `fn`'s return annotation, as a `run` step's is.
+
+        `compensate`: `undo(conn, result)`, run if the run is canceled or fails for good
+        (or at `compensate()`), as a transaction of its own on the same kind of connection,
+        fenced like `fn`, its record committed with its writes: exactly once, even when its
+        worker is killed in the middle of it.
         """
         body = Body(fn, args, {}, retry or STEP_DEFAULT)
-        cmd = self._issue(name, "transaction", body, result_type=signature(fn)[1])
+        cmd = self._issue(
+            name, "transaction", body, result_type=signature(fn)[1], compensate=compensate
+        )
         return StepCall(cmd)
+
+    # ---------------------------------------------------------------- sagas
+
+    def compensate(self) -> StepCall[list[str]]:
+        """Undo now: run the undo (`compensate=`) of every step that completed before this
+        call and was not undone yet, newest first, each once, as durable steps; the names
+        of the steps undone, newest first.
+
+        The workflow goes on afterwards and may return normally (a rejected order that
+        releases its stock and refunds its payment, then returns). A step undone here is
+        never undone again: not by a later `compensate()`, nor when the run is canceled or
+        fails. "Before this call" is what the workflow had received when it called: a step
+        still running beside it (`gather`) is not undone by it.
+
+        Raises:
+            StepFailedError: an undo failed for good (after 10 attempts); the others ran.
+                It is tried again if the run is canceled or fails.
+        """
+        spec = Compensate(self._x.received())
+        return StepCall(self._issue("compensate", "compensate", spec))
 
     # ---------------------------------------------------------------- waits
 
