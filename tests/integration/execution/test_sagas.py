@@ -263,7 +263,8 @@ async def test_a_step_undone_by_compensate_is_not_undone_again_at_a_cancel(db_ur
 
 
 async def test_a_workflow_retry_after_compensate_does_not_undo_again(db_url: str) -> None:
-    """The retry replays the steps before the failure: compensate() and its undos too."""
+    """The retry replays the steps before the failure, compensate() and its undos too: its
+    own failure for good then undoes nothing twice."""
     app = Durably(db_url)
     undone: list[str] = []
     attempts: list[int] = []
@@ -271,21 +272,21 @@ async def test_a_workflow_retry_after_compensate_does_not_undo_again(db_url: str
     def body(name: str) -> str:
         return name
 
-    @app.workflow(name="retried", version="v1", retry=RetryPolicy(max_attempts=2,
-                                                                  initial_interval="10ms"))  # fmt: skip
+    twice = RetryPolicy(max_attempts=2, initial_interval="10ms")
+
+    @app.workflow(name="retried", version="v1", retry=twice)
     async def retried(ctx: WorkflowContext) -> str:
         attempts.append(ctx.attempt)
         await ctx.step.run("a", body, "a", compensate=undone.append)
         await ctx.step.compensate()
-        if ctx.attempt == 1:
-            raise RuntimeError("the workflow's own failure")
-        return "ok"
+        await ctx.step.run("b", body, "b", compensate=undone.append)
+        raise RuntimeError(f"the workflow's own failure, attempt {ctx.attempt}")
 
     async with app, app.worker():
         run = await (await retried.start()).wait(timeout=scaled(20))
-    assert run.status == "completed", run.error
-    assert 2 in attempts
-    assert undone == ["a"]
+    assert run.status == "failed" and "attempt 2" in str(run.error)
+    assert attempts == [1, 2]
+    assert undone == ["a", "b"]
 
 
 async def test_an_undo_failing_for_good_fails_compensate_and_is_tried_again_at_the_end(
