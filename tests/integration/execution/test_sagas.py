@@ -435,9 +435,7 @@ class _Saga:
 
         self.saga = saga
         self._ready = threading.Event()
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._main()), daemon=True
-        )
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
     async def _main(self) -> None:
         self.loop = asyncio.get_running_loop()
