@@ -22,7 +22,7 @@ import inspect
 import logging
 from typing import Any
 
-from ..core.codec import encode
+from ..core.codec import encode, validate
 from ..core.errors import NonRetryableError, StepFailedError, describe
 from ..core.retry import STEP_DEFAULT
 from ..store.records import PendingStep
@@ -68,7 +68,12 @@ async def run_compensation(x: Claimed, cmd: Command) -> dict[str, Any] | None:
     pos, name = -cmd.position - 1, f"compensate:{cmd.name}"
     kind = "transaction" if cmd.kind == "transaction" else "function"
     comp = Command(pos, name, kind, cmd.future, None)
-    body = Body(cmd.compensate, (cmd.value,), {}, sig=signature(cmd.compensate))
+    try:  # the result as the workflow received it (validated as it was: it fits)
+        result = validate(cmd.result_type, cmd.value, f"the result of step {cmd.name!r}")
+    except Exception as exc:  # it did not fit, so the workflow got the error: undo the JSON
+        log.warning("run %s: %s: its undo gets it as JSON", x.run_id, exc)
+        result = cmd.value
+    body = Body(cmd.compensate, (result,), {}, sig=signature(cmd.compensate))
     while True:
         attempt, began, start = await _begin(
             x, comp, body.sig[2] or kind == "transaction", spend=False,

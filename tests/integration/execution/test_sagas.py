@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from durably import Durably, RetryPolicy, StepFailedError, SyncWorkflowContext, WorkflowContext
 from tests.helpers import eventually, scaled
@@ -171,6 +172,51 @@ async def test_undos_run_newest_first_transactions_and_functions_alike(db_url: s
     assert run.status == "failed"
     assert order == ["d", "c", "b", "a"]
     assert [p for p in _payments(db_url) if p[1] == "undo"] == [("c", "undo"), ("b", "undo")]
+
+
+class Payment(BaseModel):
+    order_id: str
+    amount: int
+
+
+async def test_an_undo_receives_the_result_as_the_workflow_does_typed(db_url: str) -> None:
+    """`undo(conn, result)` is typed with `fn`'s result: it gets the model the workflow got
+    (not its JSON), live and on replay (the cancel comes to a parked run: a new claim)."""
+    _payments_table(db_url)
+    app = Durably(db_url)
+    got: list[object] = []
+
+    async def pay_it(conn: Any, order_id: str) -> Payment:
+        await _write(conn, order_id, "charge")
+        return Payment(order_id=order_id, amount=42)
+
+    async def refund_it(conn: Any, payment: Payment) -> None:
+        got.append(payment)
+        await _write(conn, payment.order_id, "refund")
+
+    def hold(order_id: str) -> Payment:
+        return Payment(order_id=order_id, amount=1)
+
+    @app.workflow(name="typed", version="v1")
+    async def typed(ctx: WorkflowContext, order_id: str) -> list[str]:
+        await ctx.step.run("hold", hold, order_id, compensate=got.append)
+        await ctx.step.transaction("charge", pay_it, order_id, compensate=refund_it)
+        if order_id == "now":
+            return await ctx.step.compensate()
+        await ctx.step.wait_for_signal("never")
+        return []
+
+    async with app, app.worker():
+        now = await (await typed.start("now")).wait(timeout=scaled(20))
+        assert now.status == "completed", now.error
+        handle = await typed.start("later")
+        await eventually(lambda: _waiting(app, handle.run_id), what="the wait")
+        await app.cancel(handle.run_id)
+        await eventually(lambda: _compensated(app, handle.run_id), what="the compensation")
+    assert got == [
+        Payment(order_id="now", amount=42), Payment(order_id="now", amount=1),
+        Payment(order_id="later", amount=42), Payment(order_id="later", amount=1),
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------------ compensate() now
