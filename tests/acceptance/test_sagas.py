@@ -1,6 +1,7 @@
 """A transaction's undo is exactly once (issue 31 item 3): its worker killed (`kill -9`) in
 the middle of the undo's transaction, the next worker runs it again and its effect is
-committed once, with its record; after a cancel, and under `ctx.step.compensate()`."""
+committed once, with its record; after a cancel, and under `ctx.step.compensate()`, whose
+result names the undo the killed worker had completed before too."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ def test_kill_9_in_the_middle_of_an_undo_s_transaction_runs_it_exactly_once(
     procs: Procs, tmp_path: Path, end: str
 ) -> None:
     sagas.setup_business_tables(procs.url)
-    entered, hold = tmp_path / "entered", tmp_path / "hold"
+    entered, hold, released = tmp_path / "entered", tmp_path / "hold", tmp_path / "released"
     hold.touch()
-    files = {"DURABLY_APP": APP, "ENTERED_FILE": str(entered), "HOLD_FILE": str(hold)}
+    files = {"DURABLY_APP": APP, "ENTERED_FILE": str(entered), "HOLD_FILE": str(hold),
+             "RELEASED_FILE": str(released)}  # fmt: skip
     app = sagas.app.rebind(procs.url)
     client = app.sync
     try:
@@ -40,6 +42,7 @@ def test_kill_9_in_the_middle_of_an_undo_s_transaction_runs_it_exactly_once(
         eventually_sync(lambda: entered.exists() and entered.read_text(), timeout=20,
                         what="A inside the refund's transaction")  # fmt: skip
         assert sagas.payments(procs.url) == [("o1", "charge")]  # not committed yet
+        assert released.read_text() == "o1\n"  # the newer step, undone first
         os.killpg(a.pid, signal.SIGKILL)
         a.wait()
         hold.unlink()
@@ -52,12 +55,13 @@ def test_kill_9_in_the_middle_of_an_undo_s_transaction_runs_it_exactly_once(
         else:
             run = client.wait(run_id, timeout=scaled(30))
             assert run.status == "completed", run.error
-            assert run.output == {"status": "rejected", "undone": ["charge"]}
+            assert run.output == {"status": "rejected", "undone": ["reserve", "charge"]}
         steps = [(s.step, s.kind, s.status) for s in client.list_steps(run_id)]
     finally:
         client.close()
     assert sagas.payments(procs.url) == [("o1", "charge"), ("o1", "refund")]
     assert len(entered.read_text().split()) == 2  # begun twice (A, then B), committed once
+    assert released.read_text() == "o1\n"  # completed and recorded by A: not run again
     assert [s for s in steps if s[0] == "compensate:charge"] == [
         ("compensate:charge", "transaction", "completed")
     ]

@@ -1,7 +1,8 @@
 """A saga whose payment's refund (a `step.transaction` undo) can be held open, so a test
 can kill its worker in the middle of it. Configured by environment: DURABLY_DATABASE_URL;
 ENTERED_FILE, a file each refund appends its pid to once it has written (inside its
-transaction); HOLD_FILE, while it exists a refund keeps its transaction open."""
+transaction); HOLD_FILE, while it exists a refund keeps its transaction open; RELEASED_FILE,
+a file the stock's release (a function step's undo, run before the refund) appends to."""
 
 from __future__ import annotations
 
@@ -58,9 +59,19 @@ async def refund(conn: Any, order_id: str) -> None:
         await asyncio.sleep(0.02)
 
 
+def reserve(order_id: str) -> str:
+    return order_id
+
+
+def release(order_id: str) -> None:
+    with open(os.environ["RELEASED_FILE"], "a") as out:
+        out.write(f"{order_id}\n")
+
+
 @app.workflow(name="pay", version="v1")
 async def pay(ctx: WorkflowContext, order_id: str) -> dict[str, Any]:
     await ctx.step.transaction("charge", charge, order_id, compensate=refund)
+    await ctx.step.run("reserve", reserve, order_id, compensate=release)
     if not await ctx.step.wait_for_signal(f"approval:{order_id}"):
         undone = await ctx.step.compensate()
         return {"status": "rejected", "undone": undone}

@@ -53,7 +53,9 @@ class Claimed(Protocol):
 
     def take_undos(self, through: int | None = None) -> list[Command]:
         """The completed steps to undo now, newest first, taken (nothing else undoes them):
-        those whose results are log entries up to `through` (all: None), not taken yet."""
+        those whose results are log entries up to `through` (all: None), not taken yet by
+        a `compensate()` (live or replayed) or the run's end. An earlier claim may have run
+        some of their undos already (`run_compensation` does not run those again)."""
         ...
 
     def undo_failed(self, cmd: Command) -> None:

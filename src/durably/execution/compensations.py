@@ -36,7 +36,8 @@ log = logging.getLogger("durably.worker")
 async def run_compensate_now(x: Claimed, cmd: Command, spec: Compensate) -> None:
     """`ctx.step.compensate()`: the undos of the steps the workflow had received, newest
     first, then the step's own record (the names undone), the next entry of the log. A
-    claim that dies before that record runs only the undos that did not complete."""
+    claim that dies before that record leaves the next one to run only the undos that did
+    not complete; the record names them all."""
     undone: list[str] = []
     failure: tuple[Command, dict[str, Any], int] | None = None
     for done in x.take_undos(spec.through):
@@ -55,17 +56,22 @@ async def run_compensate_now(x: Claimed, cmd: Command, spec: Compensate) -> None
         await x.log.settle(cmd, record, value=undone)
         return
     failed, error, attempts = failure
+    error = {**error, "step": f"compensate:{failed.name}", "attempts": attempts}
     record = PendingStep(cmd.position, attempt, cmd.name, cmd.kind, "failed", error=error,
                          final=True)  # fmt: skip
-    await x.log.settle(cmd, record, error=StepFailedError(f"compensate:{failed.name}", error,
-                                                        attempts))  # fmt: skip
+    failed_for_good = StepFailedError(error["step"], error, attempts)  # as `error_for` replays it
+    await x.log.settle(cmd, record, error=failed_for_good)
 
 
 async def run_compensation(x: Claimed, cmd: Command) -> dict[str, Any] | None:
     """Run `cmd`'s undo once as a recorded step at -(p + 1); retries wait in place. None
-    once it completed; the error it failed with for good."""
+    once it completed (by an earlier claim: not run again); the error it failed with for
+    good."""
     assert cmd.compensate is not None
     pos, name = -cmd.position - 1, f"compensate:{cmd.name}"
+    done = x.history.recorded_at(pos)
+    if done is not None and done.completed:
+        return None
     kind = "transaction" if cmd.kind == "transaction" else "function"
     comp = Command(pos, name, kind, cmd.future, None)
     try:  # the result as the workflow received it (validated as it was: it fits)

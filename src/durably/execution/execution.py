@@ -42,7 +42,7 @@ from ..core.errors import (
     describe,
 )
 from ..store.confirm import ClaimConfirmation
-from ..store.history import History
+from ..store.history import History, Recorded
 from ..store.recorder import StepRecorder
 from ..store.records import Lease, PendingStep, RunEnd
 from ..store.store import Store
@@ -118,7 +118,7 @@ class Execution(LiveWaits, Lifecycles):
         self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
         self.compensations: list[tuple[int, Command]] = []
-        self._compensated = self.history.compensations_done()  # or taken by this claim
+        self._taken: set[int] = set()  # positions a compensate() or the end took to undo
         self._replayed_seq = 0  # the log entry replay handed back last
         self._home: asyncio.AbstractEventLoop | None = None
         self.steps = StepApi(self)
@@ -376,6 +376,8 @@ class Execution(LiveWaits, Lifecycles):
                 return
             value = None if rec.kind == "sleep" else rec.output
             self._replayed_seq = rec.seq or 0
+            if rec.kind == "compensate":
+                self._took(cmd, rec)
             if rec.completed:
                 if cmd.compensate is not None:
                     cmd.value = value
@@ -494,13 +496,23 @@ class Execution(LiveWaits, Lifecycles):
         newest = sorted(self.compensations, key=lambda c: c[0], reverse=True)
         todo = list(dict.fromkeys(
             cmd for seq, cmd in newest
-            if (through is None or seq <= through) and cmd.position not in self._compensated
+            if (through is None or seq <= through) and cmd.position not in self._taken
         ))  # fmt: skip
-        self._compensated.update(cmd.position for cmd in todo)
+        self._taken.update(cmd.position for cmd in todo)
         return todo
 
     def undo_failed(self, cmd: Command) -> None:
-        self._compensated.discard(cmd.position)
+        self._taken.discard(cmd.position)
+
+    def _took(self, cmd: Command, rec: Recorded) -> None:
+        """A `compensate()` replayed from its record took what it took live (what it
+        names, then, whichever claim ran the undos): the same steps, but for those whose
+        undo failed for good (tried again at the run's end). A fork holds no undo's
+        record: what the old run's `compensate()` undid stays taken."""
+        for done in self.take_undos(cmd.spec.through):
+            undo = self.history.recorded_at(-done.position - 1)
+            if not rec.completed and undo is not None and not undo.completed:
+                self.undo_failed(done)
 
     async def _finish(
         self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None

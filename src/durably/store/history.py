@@ -186,10 +186,6 @@ class History:
     def failed(self, position: int) -> None:
         self._failures[position] = self._failures.get(position, 0) + 1
 
-    def compensations_done(self) -> set[int]:
-        """Positions whose compensation (recorded at -(p + 1)) has completed."""
-        return {-pos - 1 for pos, rec in self._latest.items() if pos < 0 and rec.completed}
-
 
 def cut_signal_waits(
     entries: list[dict[str, Any]], workflow_attempt: int, resumes: Iterable[int]

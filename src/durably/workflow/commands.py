@@ -121,6 +121,8 @@ def error_for(rec: Recorded) -> BaseException:
     error = rec.error or {}
     if rec.kind == "child":
         return child_error(error)
+    if rec.kind == "compensate":  # names the undo that failed, as it did live
+        return StepFailedError(error.get("step", rec.step), error, error.get("attempts", 1))
     return StepFailedError(rec.step, error, rec.attempt)
 
 

@@ -7,6 +7,7 @@ undo's transaction: tests/acceptance/test_sagas.py.)"""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -335,9 +336,71 @@ async def test_a_workflow_retry_after_compensate_does_not_undo_again(db_url: str
     assert undone == ["a", "b"]
 
 
+async def test_compensate_names_what_it_covers_in_every_workflow_attempt(db_url: str) -> None:
+    """A retry drops what came after a caught failure, compensate() included, and keeps
+    the undo it ran: the retry's compensate() names the same step (undone once)."""
+    app = Durably(db_url)
+    undone: list[str] = []
+    said: list[list[str]] = []
+
+    def body(name: str) -> str:
+        return name
+
+    def flaky() -> None:
+        raise RuntimeError("caught")
+
+    twice = RetryPolicy(max_attempts=2, initial_interval="10ms")
+
+    @app.workflow(name="retried", version="v1", retry=twice)
+    async def retried(ctx: WorkflowContext) -> None:
+        await ctx.step.run("a", body, "a", compensate=undone.append)
+        with contextlib.suppress(StepFailedError):
+            await ctx.step.run("flaky", flaky, retry=ONCE)
+        said.append(await ctx.step.compensate())
+        raise RuntimeError(f"the workflow's own failure, attempt {ctx.attempt}")
+
+    async with app, app.worker():
+        run = await (await retried.start()).wait(timeout=scaled(20))
+    assert run.status == "failed" and "attempt 2" in str(run.error)
+    assert said == [["a"], ["a"]]
+    assert undone == ["a"]
+
+
+async def test_a_fork_after_compensate_does_not_undo_again(db_url: str) -> None:
+    """A fork copies the log (compensate() included), not the undos' records: what the old
+    run's compensate() undid is not undone again when the fork is canceled."""
+    app = Durably(db_url)
+    undone: list[str] = []
+
+    def body(name: str) -> str:
+        return name
+
+    @app.workflow(name="forked", version="v1")
+    async def forked(ctx: WorkflowContext) -> None:
+        await ctx.step.run("a", body, "a", compensate=undone.append)
+        await ctx.step.compensate()
+        await ctx.step.run("b", body, "b", compensate=undone.append)
+        await ctx.step.wait_for_signal("never")
+
+    async with app, app.worker():
+        old = await forked.start()
+        await eventually(lambda: _waiting(app, old.run_id), what="the wait")
+        await app.cancel(old.run_id)
+        await eventually(lambda: _compensated(app, old.run_id), what="the compensation")
+        assert undone == ["a", "b"]
+        fork = await app.fork(old.run_id, from_position=2)
+        await eventually(lambda: _waiting(app, fork.run_id), what="the fork's wait")
+        await app.cancel(fork.run_id)
+        await eventually(lambda: _compensated(app, fork.run_id), what="its compensation")
+    assert undone == ["a", "b", "b"]  # b ran again in the fork: its own effect, undone
+
+
+@pytest.mark.parametrize("replayed", [False, True])
 async def test_an_undo_failing_for_good_fails_compensate_and_is_tried_again_at_the_end(
-    db_url: str,
+    db_url: str, replayed: bool
 ) -> None:
+    """(`replayed`: the run parks after the failed compensate(), so the claim that fails it
+    replays it: it knows b's undo is still to do, a's done.)"""
     app = Durably(db_url)
     undone: list[str] = []
 
@@ -361,6 +424,8 @@ async def test_an_undo_failing_for_good_fails_compensate_and_is_tried_again_at_t
             await ctx.step.compensate()
         except StepFailedError as exc:
             assert exc.step == "compensate:b", exc.step
+            if replayed:
+                await ctx.step.sleep("nap", "10ms")
             raise Refused(str(exc)) from None
         return "not reached"
 
