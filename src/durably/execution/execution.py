@@ -483,12 +483,9 @@ class Execution(LiveWaits, Lifecycles):
         """Run each completed step's undo once, newest first (durably: recorded steps).
         Every step record still in flight is made durable first: a step that completed is
         undone, even when its record's own write is late or failed. A `compensate()` still
-        undoing is waited for (undos are never interrupted): its steps are taken."""
+        undoing is waited for (see `_undoing`): its steps are taken."""
         await self._quiesce(fold=True)
         await self.log.write_in_flight()
-        undoing = [task for task, cmd in self._active.items() if cmd.kind == "compensate"]
-        if undoing:
-            await asyncio.wait(undoing)
         for cmd in self.take_undos():
             await run_compensation(self, cmd)
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from durably import Durably, RetryPolicy, StepFailedError, SyncWorkflowContext, WorkflowContext
+from durably.execution import lifecycles as _lifecycles
 from tests.helpers import eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -434,6 +435,86 @@ async def test_an_undo_failing_for_good_fails_compensate_and_is_tried_again_at_t
     assert run.status == "failed" and run.error is not None
     assert run.error["type"] == "Refused"
     assert undone == ["b", "a", "b"]  # a undone once; b given up, tried again at the end
+
+
+# ------------------------------------------------------------------ undos are not let go of
+
+
+async def test_a_workflow_retry_waits_for_a_compensate_still_undoing(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compensate() beside a step that fails (gather): the workflow fails and is retried,
+    but not before the undo has ended and its record is written: the retry does not run it
+    again (the engine waited for its lifecycles only `SETTLE_S`)."""
+    monkeypatch.setattr(_lifecycles, "SETTLE_S", scaled(0.05))
+    app = Durably(db_url)
+    undone: list[str] = []
+    attempts: list[int] = []
+
+    async def slow_undo(name: str) -> None:
+        undone.append(name)
+        # Not a wait for a condition: long past SETTLE_S, or until the retry began.
+        with contextlib.suppress(Exception):
+            await eventually(lambda: len(attempts) > 1, timeout=1, what="a retry")
+
+    def body(name: str) -> str:
+        return name
+
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    twice = RetryPolicy(max_attempts=2, initial_interval="10ms")
+
+    @app.workflow(name="beside", version="v1", retry=twice)
+    async def beside(ctx: WorkflowContext) -> None:
+        attempts.append(ctx.attempt)
+        await ctx.step.run("a", body, "a", compensate=slow_undo)
+        await asyncio.gather(ctx.step.compensate(), ctx.step.run("x", broken, retry=ONCE))
+
+    async with app, app.worker():
+        run = await (await beside.start()).wait(timeout=scaled(20))
+    assert run.status == "failed" and "boom" in str(run.error)
+    assert attempts == [1, 2]
+    assert undone == ["a"]
+
+
+async def test_a_draining_worker_lets_a_run_go_only_once_its_compensate_has_undone(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync undo (a thread) still running when a drain halts the run: the run is kept
+    until compensate() ends and is recorded, then released; the next worker replays it."""
+    monkeypatch.setattr(_lifecycles, "SETTLE_S", scaled(0.2))
+    app = Durably(db_url)
+    undone: list[str] = []
+    started, go = threading.Event(), threading.Event()
+
+    def body(name: str) -> str:
+        return name
+
+    def slow_undo(name: str) -> None:
+        undone.append(name)
+        started.set()
+        go.wait(scaled(60))
+
+    @app.workflow(name="drained", version="v1")
+    async def drained(ctx: WorkflowContext) -> list[str]:
+        await ctx.step.run("a", body, "a", compensate=slow_undo)
+        return await ctx.step.compensate()
+
+    async with app:
+        worker = app.worker(lease="120s", heartbeat="60s", shutdown_grace="0.1s")
+        handle = await drained.start()
+        running = asyncio.create_task(worker.run(install_signals=False))
+        await eventually(started.is_set, what="the undo running")
+        worker.stop()  # the drain: after its grace, the run is halted with a release
+        # Not a wait for a condition: the defect needs the undo to outlast the settle time.
+        await asyncio.sleep(0.1 + 2 * scaled(0.2))
+        assert (await app.get_run(handle.run_id)).worker_id is not None  # not let go
+        go.set()
+        await asyncio.wait_for(running, scaled(30))
+        async with app.worker():
+            assert await handle.result(timeout=scaled(20)) == ["a"]
+    assert undone == ["a"]
 
 
 # ------------------------------------------------------------------ sync workflows
