@@ -8,7 +8,9 @@ own, fenced as the step's body was, with its record committed in it: exactly onc
 when its worker dies in the middle of it (the next owner finds no record and runs it
 again; its writes rolled back with the first).
 
-Undos are never interrupted by the engine, and never count against the run's limit of
+An undo gets the step's result as the workflow got it (validated into its annotation).
+Undos are never interrupted by the engine (nor is a run let go, retried or ended while a
+`compensate()` undoes: `Lifecycles._undoing`), and never count against the run's limit of
 attempts (a run at its limit must still undo). A failed one is retried in place on the
 step default's back-off, up to its attempts; then it is given up (logged). Which steps are
 undone, and that each is undone once, is the execution's (`Claimed.take_undos`).
@@ -22,7 +24,7 @@ import inspect
 import logging
 from typing import Any
 
-from ..core.codec import encode, validate
+from ..core.codec import validate
 from ..core.errors import NonRetryableError, StepFailedError, describe
 from ..core.retry import STEP_DEFAULT
 from ..store.records import PendingStep
@@ -50,7 +52,7 @@ async def run_compensate_now(x: Claimed, cmd: Command, spec: Compensate) -> None
             failure = (done, error, x.history.failures(-done.position - 1))
     attempt = x.new_attempt(cmd.position, spend=False)
     if failure is None:
-        output = encode(undone, "the steps undone", x.max_payload)
+        output = x.encode(undone, "the steps undone")
         record = PendingStep(cmd.position, attempt, cmd.name, cmd.kind, "completed",
                              output_json=output)  # fmt: skip
         await x.log.settle(cmd, record, value=undone)

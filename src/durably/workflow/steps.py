@@ -145,7 +145,9 @@ class StepApi:
             fn: sync or async; sync bodies run in a thread. A first parameter annotated
                 `StepContext` receives one.
             retry: the step's retry policy (default: 10 attempts, 1 s doubling to 100 s).
-            compensate: `undo(result)` run once if the run is canceled or fails for good.
+            compensate: `undo(result)`, run if the run is canceled or fails for good (or
+                at `compensate()`), with the result as the workflow got it; at least once,
+                as a body is (make it idempotent).
             timeout: cancel an attempt that runs longer (`StepTimeout`, retried by policy).
 
         A type checker holds `*args` to `fn`'s positional parameters and gives the call
@@ -194,9 +196,9 @@ class StepApi:
         `fn`'s return annotation, as a `run` step's is.
 
         `compensate`: `undo(conn, result)`, run if the run is canceled or fails for good
-        (or at `compensate()`), as a transaction of its own on the same kind of connection,
-        fenced like `fn`, its record committed with its writes: exactly once, even when its
-        worker is killed in the middle of it.
+        (or at `compensate()`), with the result as the workflow got it, as a transaction of
+        its own on the same kind of connection, fenced like `fn`, its record committed with
+        its writes: exactly once, even when its worker is killed in the middle of it.
         """
         body = Body(fn, args, {}, retry or STEP_DEFAULT)
         cmd = self._issue(
@@ -215,7 +217,9 @@ class StepApi:
         releases its stock and refunds its payment, then returns). A step undone here is
         never undone again: not by a later `compensate()`, nor when the run is canceled or
         fails. "Before this call" is what the workflow had received when it called: a step
-        still running beside it (`gather`) is not undone by it.
+        still running beside it (`gather`) is not undone by it. The names are the same on
+        replay and when a worker died in the middle of it (the undos it had completed are
+        not run again). A cancel, a retry or a drain waits for it: undos are not interrupted.
 
         Raises:
             StepFailedError: an undo failed for good (after 10 attempts); the others ran.
