@@ -301,11 +301,13 @@ class Store(RunEnds, Sends, GiveBacks):
         return wake_at, created
 
     async def transact(
-        self, lease: Lease, lease_s: float, position: int, attempt: int, step: str, seq: int,
-        fn: Any, args: tuple[Any, ...], encode_result: Any,
+        self, lease: Lease, lease_s: float, position: int, attempt: int, step: str,
+        seq: int | None, fn: Any, args: tuple[Any, ...], encode_result: Any,
+        compensable: bool = False,
     ) -> str:  # fmt: skip
         """`fn(conn, *args)`, the lease check and the step's record in one transaction;
-        the recorded output.
+        the recorded output. (A transaction's undo is one too, at the undo's position,
+        with no `seq`: compensations are not entries of the run's log.)
 
         The run is not locked while `fn` runs (`body_lease`): the record at the end checks
         the fence again, and the transaction (idle for `lease_s`) ends on the server.
@@ -328,7 +330,7 @@ class Store(RunEnds, Sends, GiveBacks):
                 output = encode_result(result)
                 await self.record_finish(lease, PendingStep(
                     position, attempt, step, "transaction", "completed", output_json=output,
-                    seq=seq,
+                    seq=seq, compensable=compensable,
                 ), tx)  # fmt: skip
         except _BodyFailed as failed:
             raise failed.error from failed.error.__cause__
