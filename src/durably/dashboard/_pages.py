@@ -64,6 +64,8 @@ def run_list(runs: list[Run], filters: dict[str, str], offset: int, limit: int,
         f"value='{escape(filters.get('workflow', ''))}'></label> "
         f"<label>created in the last <input name='since' size='6' placeholder='1h' "
         f"value='{escape(filters.get('since', ''))}'></label> "
+        f"<label>idempotency key <input name='key' "
+        f"value='{escape(filters.get('key', ''))}'></label> "
         "<button type='submit'>filter</button></form>"
     )
     rows = "".join(

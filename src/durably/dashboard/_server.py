@@ -147,8 +147,10 @@ class _Handler(BaseHTTPRequestHandler):
             offset=offset,
             created_after=since,
             queue=query.get("queue") or None,
+            idempotency_key=query.get("key") or None,
         )
-        filters = {k: query[k] for k in ("status", "workflow", "since", "queue") if query.get(k)}
+        filters = {k: query[k] for k in ("status", "workflow", "since", "queue", "key")
+                   if query.get(k)}  # fmt: skip
         workflows = sorted({name for name, _ in self.owner.app.workflows})
         queues = self.owner.client.run(self.owner.app.queue_counts())
         body = _pages.queue_table(queues) + _pages.run_list(

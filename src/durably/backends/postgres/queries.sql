@@ -91,6 +91,8 @@ WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:due_before AS timestamptz) IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
   AND (CAST(:created_after AS timestamptz) IS NULL OR created_at >= :created_after)
+  AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
+  AND (CAST(:idempotency_key AS text) IS NULL OR idempotency_key = :idempotency_key)
 ORDER BY created_at DESC, id
 LIMIT :limit OFFSET :offset;
 

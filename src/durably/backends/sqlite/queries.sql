@@ -42,6 +42,8 @@ WHERE (:status IS NULL OR status = :status)
   AND (:due_before IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
   AND (:created_after IS NULL OR created_at >= :created_after)
+  AND (:namespace IS NULL OR namespace = :namespace)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
 ORDER BY created_at DESC, id
 LIMIT :limit OFFSET :offset;
 
