@@ -110,3 +110,20 @@ def test_show_by_idempotency_key(procs: Procs) -> None:
     for args in ((ours, "--key", "order-42"), (), ("--workflow", "acquire")):
         wrong = procs.cli("show", *args, check=False)
         assert wrong.returncode == 2 and "a run id or --key" in wrong.stderr, wrong.stderr
+
+
+def test_purge_one_workflows_runs(procs: Procs) -> None:
+    env: dict[str, Any] = {"DURABLY_APP": APP}
+    started = {}
+    for workflow in ("report", "report", "billing"):
+        run = procs.json("start", workflow, "--input", "1", "--available-at", "+1h", **env)
+        procs.cli("cancel", run["run_id"], **env)
+        started.setdefault(workflow, []).append(run["run_id"])
+    kept = procs.json("purge", "--older-than", "0s", "--workflow", "report", "--status",
+                      "completed", **env)  # fmt: skip
+    assert kept == {"runs": 0, "signals": 0}  # the filters combine: none completed
+    done = procs.json("purge", "--older-than", "0s", "--workflow", "report", **env)
+    assert done == {"runs": 2, "signals": 0}
+    assert [r["run_id"] for r in procs.json("runs", **env)] == started["billing"]
+    text = procs.cli("purge", "--older-than", "0s", "--workflow", "nope", **env).stdout
+    assert text.startswith("purged 0 runs")

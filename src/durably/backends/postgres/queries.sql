@@ -1108,6 +1108,7 @@ DELETE FROM {schema}.signals WHERE namespace = :namespace AND id = :id RETURNING
 SELECT r.id FROM {schema}.runs r
 WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s * interval '1 second'
   AND r.status = ANY(CAST(:statuses AS text[])) AND NOT r.compensating
+  AND (CAST(:workflow AS text) IS NULL OR r.workflow = :workflow)
   AND NOT EXISTS (SELECT 1 FROM {schema}.runs p WHERE p.id = r.parent_run_id
                   AND (p.status IN ('pending', 'running', 'waiting')) IS TRUE)
 ORDER BY r.finished_at

@@ -819,6 +819,7 @@ DELETE FROM {schema}_signals WHERE namespace = :namespace AND id = :id RETURNING
 SELECT r.id FROM {schema}_runs r
 WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s
   AND r.status IN (SELECT value FROM json_each(:statuses)) AND NOT r.compensating
+  AND (:workflow IS NULL OR r.workflow = :workflow)
   AND NOT EXISTS (SELECT 1 FROM {schema}_runs p WHERE p.id = r.parent_run_id
                   AND p.status IN ('pending', 'running', 'waiting'))
 ORDER BY r.finished_at
