@@ -135,6 +135,8 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 -- the previous holder's attempts still running abandoned: the statement's own snapshot is
 -- older than its locks, and would miss what was committed for the run in between (a
 -- signal, the previous holder's last record or last attempt begun).
+-- `taken_from`: the worker whose lease on the run expired (a takeover), as the lock read
+-- it; NULL when no worker held the run (new, parked, released or retried).
 WITH quick AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ), lapsed AS MATERIALIZED (
@@ -146,9 +148,9 @@ WITH quick AS MATERIALIZED (
     SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
         AS p(workflow, version)
 ), cand AS (
-    SELECT c.id, c.available_at FROM pairs p
+    SELECT c.id, c.available_at, c.worker_id FROM pairs p
     CROSS JOIN LATERAL (
-        SELECT r.id, r.available_at FROM {schema}.runs r
+        SELECT r.id, r.available_at, r.worker_id FROM {schema}.runs r
         WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
           AND r.available_at <= now() AND r.queue IS NULL  -- queued runs: claim_queue
           AND r.id <> ALL(CAST(:held AS text[]))
@@ -157,9 +159,9 @@ WITH quick AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) c
     UNION ALL
-    SELECT o.id, o.available_at FROM pairs p CROSS JOIN lapsed
+    SELECT o.id, o.available_at, o.worker_id FROM pairs p CROSS JOIN lapsed
     CROSS JOIN LATERAL (
-        SELECT r.id, r.available_at FROM {schema}.runs r
+        SELECT r.id, r.available_at, r.worker_id FROM {schema}.runs r
         WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
           AND r.queue = lapsed.name AND r.available_at <= now()
           AND r.id <> ALL(CAST(:held AS text[]))
@@ -168,7 +170,7 @@ WITH quick AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) o
 ), due AS (
-    SELECT cand.id FROM cand ORDER BY cand.available_at LIMIT :limit
+    SELECT cand.id, cand.worker_id FROM cand ORDER BY cand.available_at LIMIT :limit
 ), claimed AS (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
@@ -186,7 +188,8 @@ WITH quick AS MATERIALIZED (
     RETURNING r.*
 )
 SELECT claimed.*, now() AS db_now,
-    {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
+    {schema}.claimed_history(claimed.id) AS history,  -- read once the run is locked (0012)
+    (SELECT due.worker_id FROM due WHERE due.id = claimed.id) AS taken_from
 FROM claimed CROSS JOIN quick;
 
 -- name: next_due
@@ -865,8 +868,9 @@ SELECT name FROM locked;
 -- every limit. Only runs that become `running` take a slot, only first claims count
 -- against the rate. A queue is one per schema, its limits shared by every namespace (see
 -- `_queues`): its room counts the runs of all of them.
--- Claimed rows, their abandoned attempts and history: as in `claim`. If fitting runs
--- were left for lack of this worker's slots, other workers are told.
+-- Claimed rows, their abandoned attempts, history and `taken_from`: as in `claim` (a run
+-- taken over is one of the holders). If fitting runs were left for lack of this worker's
+-- slots, other workers are told.
 WITH q AS (
     SELECT * FROM {schema}.queues WHERE name = :queue
 ), busy AS (
@@ -901,7 +905,7 @@ WITH q AS (
 ), holders AS (
     -- Runs that already hold their slot: a lease that expired, a canceled run's
     -- compensations. A full queue must still let them be taken over.
-    SELECT r.id, r.priority, r.available_at, r.concurrency_key
+    SELECT r.id, r.priority, r.available_at, r.concurrency_key, r.worker_id
     FROM {schema}.runs r
     WHERE r.queue = :queue AND r.status IN ('running', 'canceled') AND r.available_at <= now()
       AND r.namespace = :namespace AND r.id <> ALL(CAST(:held AS text[]))
@@ -912,7 +916,7 @@ WITH q AS (
 ), cand AS (
     SELECT takers.*, true AS takes FROM takers
     UNION ALL
-    SELECT holders.*, false, false FROM holders
+    SELECT id, priority, available_at, concurrency_key, false, false FROM holders
 ), keyed AS (
     SELECT cand.*, row_number() OVER (PARTITION BY concurrency_key, takes
         ORDER BY priority DESC, available_at, id) AS key_rank
@@ -945,7 +949,8 @@ WITH q AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM due WHERE n > :limit LIMIT 1) AS x
 )
 SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM notified) AS notified,
-    {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
+    {schema}.claimed_history(claimed.id) AS history,  -- read once the run is locked (0012)
+    (SELECT h.worker_id FROM holders h WHERE h.id = claimed.id) AS taken_from
 FROM claimed;
 
 -- name: foreign_queues

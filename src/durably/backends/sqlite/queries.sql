@@ -59,8 +59,7 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 
 -- name: claim
 UPDATE {schema}_runs SET
-    fence = fence + 1,
-    worker_id = :worker_id,
+    fence = fence + 1,  -- worker_id: set last (see below)
     status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
@@ -113,9 +112,12 @@ SELECT r.*, now() AS db_now,
         'workflow_attempt', workflow_attempt, 'seq', seq,
         'delivered', delivered_at IS NOT NULL))
      FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
-           ORDER BY position, attempt)) AS history
+           ORDER BY position, attempt)) AS history,
+    -- Still the previous holder's, whose lease expired (a takeover; NULL: no worker held
+    -- the run): the claimer's comes after it, and replaces it in the row.
+    r.worker_id AS taken_from, :worker_id AS worker_id
 FROM {schema}_runs r WHERE claim_token = :token;
-UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
+UPDATE {schema}_runs SET worker_id = :worker_id, claim_token = NULL WHERE claim_token = :token;
 
 -- name: next_due
 -- See the PostgreSQL twin: unqueued runs of the namespace, and its runs of a queue no
@@ -610,8 +612,7 @@ SELECT name FROM {schema}_queues WHERE name = :queue;
 -- due candidates of the namespace per served (workflow, version), and of those the first
 -- that fit every limit.
 UPDATE {schema}_runs SET
-    fence = fence + 1,
-    worker_id = :worker_id,
+    fence = fence + 1,  -- worker_id: set last (see below)
     status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
@@ -682,9 +683,12 @@ SELECT r.*, now() AS db_now,
         'workflow_attempt', workflow_attempt, 'seq', seq,
         'delivered', delivered_at IS NOT NULL))
      FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
-           ORDER BY position, attempt)) AS history
+           ORDER BY position, attempt)) AS history,
+    -- Still the previous holder's, whose lease expired (a takeover; NULL: no worker held
+    -- the run): the claimer's comes after it, and replaces it in the row.
+    r.worker_id AS taken_from, :worker_id AS worker_id
 FROM {schema}_runs r WHERE claim_token = :token;
-UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
+UPDATE {schema}_runs SET worker_id = :worker_id, claim_token = NULL WHERE claim_token = :token;
 
 -- name: foreign_queues
 -- See the PostgreSQL twin.
