@@ -747,10 +747,7 @@ UNION ALL
 SELECT 'claim_latency_avg', '', COALESCE(avg(EXTRACT(EPOCH FROM started_at - created_at)), 0)
 FROM {schema}.runs WHERE started_at > now() - interval '5 minutes'
 UNION ALL
-SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers
-UNION ALL
-SELECT 'queue_' || r.status, r.queue, count(*)::float8 FROM {schema}.runs r
-WHERE r.queue IS NOT NULL AND r.status IN ('running', 'pending') GROUP BY r.queue, r.status;
+SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers;
 
 -- name: record_many
 -- Group commit: step records of several runs held by one worker, as a JSON array. A row

@@ -537,10 +537,7 @@ UNION ALL
 SELECT 'claim_latency_avg', '', coalesce(avg(started_at - created_at), 0)
 FROM {schema}_runs WHERE started_at > now() - 300
 UNION ALL
-SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers
-UNION ALL
-SELECT 'queue_' || status, queue, count(*) FROM {schema}_runs
-WHERE queue IS NOT NULL AND status IN ('running', 'pending') GROUP BY queue, status;
+SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers;
 
 -- name: record_many
 -- Group commit (see the PostgreSQL twin); a completed record is never overwritten.
