@@ -24,18 +24,20 @@ max-width:600px;overflow:auto}fieldset{margin:1em 0}
 """
 
 
-def page(title: str, body: str, message: str = "", error: str = "", refresh: int = 0) -> str:
-    """A whole page; with `refresh`, it reloads itself every that many seconds while
-    nobody is using a form on it."""
+def page(title: str, body: str, message: str = "", error: str = "", refresh: int = 0,
+         user: str | None = None) -> str:  # fmt: skip
+    """A whole page, its header saying who is logged in (`user`); with `refresh`, it
+    reloads itself every that many seconds while nobody is using a form on it."""
     flash = ""
     if error:
         flash = f'<p class="error" role="alert">{escape(error)}</p>'
     elif message:
         flash = f'<p class="notice" role="status">{escape(message)}</p>'
+    who = (f"<span id='user'>logged in: {escape(user)}</span>" if user
+           else "<a href='/login'>log in</a>")  # fmt: skip
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
             f"<style>{_CSS}</style></head><body data-refresh='{refresh}'>"
-            "<p><a href='/'>durably</a> · "
-            f"<a href='/login'>log in</a> · <a href='/metrics'>metrics</a></p>"
+            f"<p><a href='/'>durably</a> · {who} · <a href='/metrics'>metrics</a></p>"
             f"<h1>{escape(title)}</h1>{flash}{body}"
             "<script src='/refresh.js'></script></body></html>")  # fmt: skip
 
@@ -64,6 +66,8 @@ def run_list(runs: list[Run], filters: dict[str, str], offset: int, limit: int,
         f"value='{escape(filters.get('workflow', ''))}'></label> "
         f"<label>created in the last <input name='since' size='6' placeholder='1h' "
         f"value='{escape(filters.get('since', ''))}'></label> "
+        f"<label>idempotency key <input name='key' "
+        f"value='{escape(filters.get('key', ''))}'></label> "
         "<button type='submit'>filter</button></form>"
     )
     rows = "".join(
@@ -164,7 +168,7 @@ def timeline(run: Run, steps: list[StepAttempt]) -> str:
         result = _error(s.error) if s.error else _json(s.output)
         if s.child_run_id:
             child = escape(s.child_run_id)
-            result = f"child <a href='/runs/{child}'>{child}</a>{result}"
+            result = f"<div class='child'>child <a href='/runs/{child}'>{child}</a></div>{result}"
         rows.append(
             f"<tr><td>{escape(s.step)}</td><td>{escape(s.kind)}</td><td>{s.attempt}</td>"
             f"<td>{_status(s.status)}</td><td class='lane'><div class='bar' "
@@ -176,12 +180,12 @@ def timeline(run: Run, steps: list[StepAttempt]) -> str:
             + "".join(rows) + "</table>")  # fmt: skip
 
 
-def login(error: str = "") -> str:
+def login(error: str = "", user: str | None = None) -> str:
     form = ("<form method='post' action='/login' id='login'><label>token <input "
             "type='password' name='token'></label> <button type='submit'>log in</button></form>"
             "<p>The token was printed when the dashboard started "
             "(or set with DURABLY_DASHBOARD_TOKEN).</p>")  # fmt: skip
-    return page("log in", form, error=error)
+    return page("log in", form, error=error, user=user)
 
 
 def _error(error: dict[str, Any]) -> str:

@@ -40,6 +40,7 @@ from ..core.errors import (
     StepLimitExceeded,
     WorkflowMisuseError,
     describe,
+    is_misuse,
 )
 from ..store.confirm import ClaimConfirmation
 from ..store.history import History, Recorded
@@ -448,7 +449,7 @@ class Execution(LiveWaits, Lifecycles):
             return
         error = main.exception()
         if error is not None:
-            await self._fail(error, retry=error is not self._bad_input)
+            await self._fail(error, retry=error is not self._bad_input and not is_misuse(error))
             return
         forgotten = [c for c in self.commands.values()
                      if not c.awaited and not _cancelled_issuer(c)]  # fmt: skip

@@ -113,10 +113,14 @@ class Store(RunEnds, Sends, GiveBacks):
         offset: int = 0,
         created_after: datetime | None = None,
         queue: str | None = None,
+        idempotency_key: str | None = None,
+        namespace: str | None = None,
     ) -> list[Run]:
+        """Runs, newest first, of every namespace unless `namespace` is given."""
         rows = await self.db.fetch(
             "list_runs", status=status, workflow=workflow, limit=limit, due_before=due_before,
             offset=offset, created_after=created_after, queue=queue,
+            idempotency_key=idempotency_key, namespace=namespace,
         )  # fmt: skip
         return [Run.from_row(r) for r in rows]
 

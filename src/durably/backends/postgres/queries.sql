@@ -91,6 +91,8 @@ WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:due_before AS timestamptz) IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
   AND (CAST(:created_after AS timestamptz) IS NULL OR created_at >= :created_after)
+  AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
+  AND (CAST(:idempotency_key AS text) IS NULL OR idempotency_key = :idempotency_key)
 ORDER BY created_at DESC, id
 LIMIT :limit OFFSET :offset;
 
@@ -136,6 +138,8 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 -- A run a thin client started by name (version '', max_attempts 0: `records.NEWEST`) is
 -- read through the worker's pair (name, '') and bound here, in the claim's own write, to
 -- the pair's `binds` version and `max_attempts` (SET reads the row as it was).
+-- `taken_from`: the worker whose lease on the run expired (a takeover), as the lock read
+-- it; NULL when no worker held the run (new, parked, released or retried).
 WITH quick AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ), lapsed AS MATERIALIZED (
@@ -148,9 +152,9 @@ WITH quick AS MATERIALIZED (
                          CAST(:binds AS text[]), CAST(:max_attempts AS integer[]))
         AS p(workflow, version, binds, max_attempts)
 ), cand AS (
-    SELECT c.id, c.available_at FROM pairs p
+    SELECT c.id, c.available_at, c.worker_id FROM pairs p
     CROSS JOIN LATERAL (
-        SELECT r.id, r.available_at FROM {schema}.runs r
+        SELECT r.id, r.available_at, r.worker_id FROM {schema}.runs r
         WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
           AND r.available_at <= now() AND r.queue IS NULL  -- queued runs: claim_queue
           AND r.id <> ALL(CAST(:held AS text[]))
@@ -159,9 +163,9 @@ WITH quick AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) c
     UNION ALL
-    SELECT o.id, o.available_at FROM pairs p CROSS JOIN lapsed
+    SELECT o.id, o.available_at, o.worker_id FROM pairs p CROSS JOIN lapsed
     CROSS JOIN LATERAL (
-        SELECT r.id, r.available_at FROM {schema}.runs r
+        SELECT r.id, r.available_at, r.worker_id FROM {schema}.runs r
         WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
           AND r.queue = lapsed.name AND r.available_at <= now()
           AND r.id <> ALL(CAST(:held AS text[]))
@@ -170,7 +174,7 @@ WITH quick AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) o
 ), due AS (
-    SELECT cand.id FROM cand ORDER BY cand.available_at LIMIT :limit
+    SELECT cand.id, cand.worker_id FROM cand ORDER BY cand.available_at LIMIT :limit
 ), claimed AS (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
@@ -193,7 +197,8 @@ WITH quick AS MATERIALIZED (
     RETURNING r.*
 )
 SELECT claimed.*, now() AS db_now,
-    {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
+    {schema}.claimed_history(claimed.id) AS history,  -- read once the run is locked (0012)
+    (SELECT due.worker_id FROM due WHERE due.id = claimed.id) AS taken_from
 FROM claimed CROSS JOIN quick;
 
 -- name: next_due
@@ -751,10 +756,7 @@ UNION ALL
 SELECT 'claim_latency_avg', '', COALESCE(avg(EXTRACT(EPOCH FROM started_at - created_at)), 0)
 FROM {schema}.runs WHERE started_at > now() - interval '5 minutes'
 UNION ALL
-SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers
-UNION ALL
-SELECT 'queue_' || r.status, r.queue, count(*)::float8 FROM {schema}.runs r
-WHERE r.queue IS NOT NULL AND r.status IN ('running', 'pending') GROUP BY r.queue, r.status;
+SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers;
 
 -- name: record_many
 -- Group commit: step records of several runs held by one worker, as a JSON array. A row
@@ -872,8 +874,9 @@ SELECT name FROM locked;
 -- every limit. Only runs that become `running` take a slot, only first claims count
 -- against the rate. A queue is one per schema, its limits shared by every namespace (see
 -- `_queues`): its room counts the runs of all of them.
--- Claimed rows, their abandoned attempts and history: as in `claim`. If fitting runs
--- were left for lack of this worker's slots, other workers are told.
+-- Claimed rows, their abandoned attempts, history and `taken_from`: as in `claim` (a run
+-- taken over is one of the holders). If fitting runs were left for lack of this worker's
+-- slots, other workers are told.
 WITH q AS (
     SELECT * FROM {schema}.queues WHERE name = :queue
 ), busy AS (
@@ -908,7 +911,7 @@ WITH q AS (
 ), holders AS (
     -- Runs that already hold their slot: a lease that expired, a canceled run's
     -- compensations. A full queue must still let them be taken over.
-    SELECT r.id, r.priority, r.available_at, r.concurrency_key
+    SELECT r.id, r.priority, r.available_at, r.concurrency_key, r.worker_id
     FROM {schema}.runs r
     WHERE r.queue = :queue AND r.status IN ('running', 'canceled') AND r.available_at <= now()
       AND r.namespace = :namespace AND r.id <> ALL(CAST(:held AS text[]))
@@ -919,7 +922,7 @@ WITH q AS (
 ), cand AS (
     SELECT takers.*, true AS takes FROM takers
     UNION ALL
-    SELECT holders.*, false, false FROM holders
+    SELECT id, priority, available_at, concurrency_key, false, false FROM holders
 ), keyed AS (
     SELECT cand.*, row_number() OVER (PARTITION BY concurrency_key, takes
         ORDER BY priority DESC, available_at, id) AS key_rank
@@ -952,7 +955,8 @@ WITH q AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM due WHERE n > :limit LIMIT 1) AS x
 )
 SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM notified) AS notified,
-    {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
+    {schema}.claimed_history(claimed.id) AS history,  -- read once the run is locked (0012)
+    (SELECT h.worker_id FROM holders h WHERE h.id = claimed.id) AS taken_from
 FROM claimed;
 
 -- name: foreign_queues
@@ -1115,6 +1119,7 @@ DELETE FROM {schema}.signals WHERE namespace = :namespace AND id = :id RETURNING
 SELECT r.id FROM {schema}.runs r
 WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s * interval '1 second'
   AND r.status = ANY(CAST(:statuses AS text[])) AND NOT r.compensating
+  AND (CAST(:workflow AS text) IS NULL OR r.workflow = :workflow)
   AND NOT EXISTS (SELECT 1 FROM {schema}.runs p WHERE p.id = r.parent_run_id
                   AND (p.status IN ('pending', 'running', 'waiting')) IS TRUE)
 ORDER BY r.finished_at

@@ -42,6 +42,8 @@ WHERE (:status IS NULL OR status = :status)
   AND (:due_before IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
   AND (:created_after IS NULL OR created_at >= :created_after)
+  AND (:namespace IS NULL OR namespace = :namespace)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
 ORDER BY created_at DESC, id
 LIMIT :limit OFFSET :offset;
 
@@ -57,8 +59,7 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 
 -- name: claim
 UPDATE {schema}_runs SET
-    fence = fence + 1,
-    worker_id = :worker_id,
+    fence = fence + 1,  -- worker_id: set last (see below)
     status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
@@ -120,9 +121,12 @@ SELECT r.*, now() AS db_now,
         'workflow_attempt', workflow_attempt, 'seq', seq,
         'delivered', delivered_at IS NOT NULL))
      FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
-           ORDER BY position, attempt)) AS history
+           ORDER BY position, attempt)) AS history,
+    -- Still the previous holder's, whose lease expired (a takeover; NULL: no worker held
+    -- the run): the claimer's comes after it, and replaces it in the row.
+    r.worker_id AS taken_from, :worker_id AS worker_id
 FROM {schema}_runs r WHERE claim_token = :token;
-UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
+UPDATE {schema}_runs SET worker_id = :worker_id, claim_token = NULL WHERE claim_token = :token;
 
 -- name: next_due
 -- See the PostgreSQL twin: unqueued runs of the namespace, and its runs of a queue no
@@ -542,10 +546,7 @@ UNION ALL
 SELECT 'claim_latency_avg', '', coalesce(avg(started_at - created_at), 0)
 FROM {schema}_runs WHERE started_at > now() - 300
 UNION ALL
-SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers
-UNION ALL
-SELECT 'queue_' || status, queue, count(*) FROM {schema}_runs
-WHERE queue IS NOT NULL AND status IN ('running', 'pending') GROUP BY queue, status;
+SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers;
 
 -- name: record_many
 -- Group commit (see the PostgreSQL twin); a completed record is never overwritten.
@@ -617,8 +618,7 @@ SELECT name FROM {schema}_queues WHERE name = :queue;
 -- due candidates of the namespace per served (workflow, version), and of those the first
 -- that fit every limit.
 UPDATE {schema}_runs SET
-    fence = fence + 1,
-    worker_id = :worker_id,
+    fence = fence + 1,  -- worker_id: set last (see below)
     status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
@@ -689,9 +689,12 @@ SELECT r.*, now() AS db_now,
         'workflow_attempt', workflow_attempt, 'seq', seq,
         'delivered', delivered_at IS NOT NULL))
      FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
-           ORDER BY position, attempt)) AS history
+           ORDER BY position, attempt)) AS history,
+    -- Still the previous holder's, whose lease expired (a takeover; NULL: no worker held
+    -- the run): the claimer's comes after it, and replaces it in the row.
+    r.worker_id AS taken_from, :worker_id AS worker_id
 FROM {schema}_runs r WHERE claim_token = :token;
-UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
+UPDATE {schema}_runs SET worker_id = :worker_id, claim_token = NULL WHERE claim_token = :token;
 
 -- name: foreign_queues
 -- See the PostgreSQL twin.
@@ -826,6 +829,7 @@ DELETE FROM {schema}_signals WHERE namespace = :namespace AND id = :id RETURNING
 SELECT r.id FROM {schema}_runs r
 WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s
   AND r.status IN (SELECT value FROM json_each(:statuses)) AND NOT r.compensating
+  AND (:workflow IS NULL OR r.workflow = :workflow)
   AND NOT EXISTS (SELECT 1 FROM {schema}_runs p WHERE p.id = r.parent_run_id
                   AND p.status IN ('pending', 'running', 'waiting'))
 ORDER BY r.finished_at
