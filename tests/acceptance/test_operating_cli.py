@@ -114,7 +114,7 @@ def test_show_by_idempotency_key(procs: Procs) -> None:
 
 def test_purge_one_workflows_runs(procs: Procs) -> None:
     env: dict[str, Any] = {"DURABLY_APP": APP}
-    started = {}
+    started: dict[str, list[str]] = {}
     for workflow in ("report", "report", "billing"):
         run = procs.json("start", workflow, "--input", "1", "--available-at", "+1h", **env)
         procs.cli("cancel", run["run_id"], **env)

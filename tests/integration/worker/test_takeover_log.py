@@ -35,7 +35,8 @@ async def test_a_takeover_is_logged_once_naming_the_previous_worker(
     @app.workflow(name="job", queue=q)
     async def job(ctx: Any, n: int) -> int:
         await ctx.step.sleep("pause", "10ms")  # parks: its next claim is no takeover
-        return await ctx.step.run("double", lambda: 2 * n)
+        doubled: int = await ctx.step.run("double", lambda: 2 * n)
+        return doubled
 
     caplog.set_level(logging.INFO, logger="durably")
     async with app:
