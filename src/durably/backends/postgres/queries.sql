@@ -171,7 +171,7 @@ WITH quick AS MATERIALIZED (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
         worker_id = :worker_id,
-        status = CASE WHEN r.status IN ('pending', 'waiting') THEN 'running' ELSE r.status END,
+        status = CASE WHEN r.status IN ('pending', 'waiting', 'held') THEN 'running' ELSE r.status END,
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
@@ -344,7 +344,8 @@ UPDATE {schema}.runs SET
     available_at = CASE WHEN wake_requested THEN now()
                         ELSE LEAST(CAST(:wake_at AS timestamptz), deadline_at) END,
     wake_at = :wake_at, waiting_for = :waiting_for, error = CAST(:error AS jsonb),
-    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, holds = 0,
+    updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running') IS TRUE
 RETURNING available_at;
@@ -355,6 +356,20 @@ UPDATE {schema}.runs SET
     available_at = now(), worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
+
+-- name: hold_run
+-- A replay that did not match the run's history (SPEC §4.2): the run is let go of as it
+-- is, its waits and its children left alone and no attempt spent, and claimable again
+-- after `:delay_s` (never past its deadline). A canceled run whose undos the code could not
+-- replay keeps its status and cancel's error (`:error` NULL), still to be compensated.
+UPDATE {schema}.runs SET
+    status = CASE WHEN status = 'running' THEN 'held' ELSE status END,
+    error = COALESCE(CAST(:error AS jsonb), error), holds = holds + 1,
+    available_at = LEAST(now() + :delay_s * interval '1 second', deadline_at),
+    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating)
+RETURNING available_at;
 
 -- name: retry_run
 UPDATE {schema}.runs SET
@@ -545,7 +560,7 @@ FROM done;
 -- Children to cancel because their parent ended first.
 SELECT id FROM {schema}.runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
-  AND (status IN ('pending', 'running', 'waiting')) IS TRUE;
+  AND (status IN ('pending', 'running', 'waiting', 'held')) IS TRUE;
 
 -- name: lock_tree
 -- Before a run's tree changes (a cancel; a parent's end that cancels its children): the
@@ -565,7 +580,7 @@ WITH RECURSIVE tree AS (
 )
 SELECT r.id, r.status FROM {schema}.runs r
 WHERE r.id = ANY(ARRAY(SELECT id FROM tree UNION ALL SELECT parent_run_id FROM tree WHERE id = :run_id))
-  AND (r.id = :run_id OR (r.status IN ('pending', 'running', 'waiting')) IS TRUE)
+  AND (r.id = :run_id OR (r.status IN ('pending', 'running', 'waiting', 'held')) IS TRUE)
 ORDER BY r.id
 FOR NO KEY UPDATE;
 
@@ -601,7 +616,7 @@ WITH RECURSIVE tree AS (  -- read as in lock_tree
             THEN now() END,
         lease_expires_at = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.lease_expires_at END
     WHERE r.id = ANY(ARRAY(SELECT id FROM tree))
-      AND (r.status IN ('pending', 'running', 'waiting')) IS TRUE
+      AND (r.status IN ('pending', 'running', 'waiting', 'held')) IS TRUE
     RETURNING r.id, r.parent_run_id, r.worker_id
 ), attempts AS (
     UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
@@ -625,7 +640,7 @@ FROM canceled;
 
 -- name: expire_deadline
 UPDATE {schema}.runs SET available_at = now()
-WHERE id = :run_id AND status IN ('pending', 'waiting') AND deadline_at <= now()
+WHERE id = :run_id AND status IN ('pending', 'waiting', 'held') AND deadline_at <= now()
 RETURNING id;
 
 -- name: lock_signal
@@ -722,7 +737,8 @@ SELECT * FROM {schema}.workers ORDER BY started_at;
 -- name: list_stuck
 -- plan: each call
 SELECT r.* FROM {schema}.runs r
-WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
+WHERE r.status = 'held'  -- waiting for code that matches its history (runs_status)
+   OR r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
   AND (r.available_at <= now() - :grace_s * interval '1 second'
        OR NOT EXISTS (SELECT 1 FROM {schema}.workers w
                       WHERE w.last_seen_at > now() - :alive_s * interval '1 second'
@@ -889,7 +905,7 @@ WITH q AS (
         WHERE room.slots > 0 AND r.namespace = :namespace AND r.workflow = p.workflow
           AND r.version = p.version AND r.queue IS NOT NULL AND r.queue = :queue
           AND r.available_at <= now() AND r.id <> ALL(CAST(:held AS text[]))  -- see claim
-          AND r.status IN ('pending', 'waiting')
+          AND r.status IN ('pending', 'waiting', 'held')
           AND (room.per_key IS NULL OR r.concurrency_key IS NULL
                OR COALESCE((SELECT n FROM busy WHERE k = r.concurrency_key), 0) < room.per_key)
         ORDER BY r.priority DESC, r.available_at
@@ -930,7 +946,7 @@ WITH q AS (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
         worker_id = :worker_id,
-        status = CASE WHEN r.status IN ('pending', 'waiting') THEN 'running' ELSE r.status END,
+        status = CASE WHEN r.status IN ('pending', 'waiting', 'held') THEN 'running' ELSE r.status END,
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',

@@ -59,7 +59,7 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 UPDATE {schema}_runs SET
     fence = fence + 1,
     worker_id = :worker_id,
-    status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
+    status = CASE WHEN status IN ('pending', 'waiting', 'held') THEN 'running' ELSE status END,
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
     available_at = now() + :lease,
@@ -226,7 +226,8 @@ UPDATE {schema}_runs SET
                         ELSE min(coalesce(:wake_at, deadline_at), coalesce(deadline_at, :wake_at))
                    END,
     wake_at = :wake_at, waiting_for = :waiting_for, error = :error,
-    wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, holds = 0,
+    updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
 RETURNING available_at;
@@ -237,6 +238,17 @@ UPDATE {schema}_runs SET
     available_at = now(), worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
+
+-- name: hold_run
+-- See the PostgreSQL twin.
+UPDATE {schema}_runs SET
+    status = CASE WHEN status = 'running' THEN 'held' ELSE status END,
+    error = coalesce(:error, error), holds = holds + 1,
+    available_at = min(now() + :delay_s, coalesce(deadline_at, now() + :delay_s)),
+    wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating)
+RETURNING available_at;
 
 -- name: retry_run
 UPDATE {schema}_runs SET
@@ -354,7 +366,7 @@ RETURNING id, 0 AS notified;
 -- name: live_children
 SELECT id FROM {schema}_runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
-  AND status IN ('pending', 'running', 'waiting');
+  AND status IN ('pending', 'running', 'waiting', 'held');
 
 -- name: lock_tree
 -- The transaction's IMMEDIATE transaction already holds the database's write lock.
@@ -370,7 +382,7 @@ WITH RECURSIVE tree(id) AS (
     WHERE c.parent_close = 'cancel'
 )
 UPDATE {schema}_runs SET claim_token = :token
-WHERE id IN (SELECT id FROM tree) AND status IN ('pending', 'running', 'waiting');
+WHERE id IN (SELECT id FROM tree) AND status IN ('pending', 'running', 'waiting', 'held');
 UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now()
 WHERE status = 'running' AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
 UPDATE {schema}_runs SET
@@ -401,7 +413,7 @@ RETURNING id, 0 AS attempts, 0 AS notified;
 
 -- name: expire_deadline
 UPDATE {schema}_runs SET available_at = now()
-WHERE id = :run_id AND status IN ('pending', 'waiting') AND deadline_at <= now()
+WHERE id = :run_id AND status IN ('pending', 'waiting', 'held') AND deadline_at <= now()
 RETURNING id;
 
 -- name: lock_signal
@@ -417,7 +429,7 @@ WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency
 -- name: send_signal
 -- See PostgreSQL's. The runs reached are marked with :token while the signal is stored.
 UPDATE {schema}_runs SET claim_token = :token
-WHERE namespace = :namespace AND status IN ('pending', 'running', 'waiting')
+WHERE namespace = :namespace AND status IN ('pending', 'running', 'waiting', 'held')
   AND (:run_id IS NULL OR id = :run_id)
   AND id IN (SELECT run_id FROM {schema}_step_attempts
              WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name
@@ -512,7 +524,8 @@ SELECT * FROM {schema}_workers ORDER BY started_at;
 
 -- name: list_stuck
 SELECT r.* FROM {schema}_runs r
-WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
+WHERE r.status = 'held'  -- waiting for code that matches its history (runs_held)
+   OR r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
   AND (r.available_at <= now() - :grace_s
        OR NOT EXISTS (SELECT 1 FROM {schema}_workers w, json_each(w.workflows) j
                       WHERE w.last_seen_at > now() - :alive_s
@@ -610,7 +623,7 @@ SELECT name FROM {schema}_queues WHERE name = :queue;
 UPDATE {schema}_runs SET
     fence = fence + 1,
     worker_id = :worker_id,
-    status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
+    status = CASE WHEN status IN ('pending', 'waiting', 'held') THEN 'running' ELSE status END,
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
     available_at = now() + :lease,
@@ -637,7 +650,7 @@ WHERE id IN (
             SELECT x.id FROM {schema}_runs x
             WHERE x.namespace = :namespace AND x.workflow = w.value AND x.version = v.value
               AND x.queue IS NOT NULL AND x.queue = :queue AND x.available_at <= now()
-              AND x.status IN ('pending', 'waiting')
+              AND x.status IN ('pending', 'waiting', 'held')
               AND x.id NOT IN (SELECT value FROM json_each(:held))  -- still executing here
               AND ((SELECT per_key FROM room) IS NULL OR x.concurrency_key IS NULL
                    OR coalesce((SELECT n FROM busy WHERE k = x.concurrency_key), 0)
