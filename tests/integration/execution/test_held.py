@@ -67,11 +67,12 @@ async def test_a_replay_mismatch_holds_the_run_until_the_fix_continues_it(db_url
     _order(bad, "reserve-stock-v2", undone, ran)
     async with bad:
         before = await bad.get_run(run_id)
-        steps_before = await bad.list_steps(run_id)
-        child_id = next(s for s in steps_before if s.kind == "child").output
         # Sent while the changed code is deployed: kept for the run, never lost.
         sent = await bad.send_signal("approve", {"ok": True})
         assert sent["delivered_to"] == [run_id]
+        steps_before = await bad.list_steps(run_id)
+        child_id = next(s for s in steps_before if s.kind == "child").child_run_id
+        assert child_id is not None
         async with bad.worker():
             await eventually(lambda: _status(bad, run_id, "held"), what="the run held")
             held = await bad.get_run(run_id)
@@ -148,7 +149,8 @@ async def test_cancel_ends_a_held_run_and_its_undos_wait_for_matching_code(db_ur
         run = await fixed.handle(run_id).wait(timeout=scaled(30))
         assert run.status == "canceled" and undone == ["stock-1"] and ran == []
         steps = await fixed.list_steps(run_id)
-        child = next(s for s in steps if s.kind == "child").output
+        child = next(s for s in steps if s.kind == "child").child_run_id
+        assert child is not None
         await eventually(lambda: _status(fixed, child, "canceled"), what="the child canceled")
 
 

@@ -172,6 +172,7 @@ WITH quick AS MATERIALIZED (
         fence = r.fence + 1,
         worker_id = :worker_id,
         status = CASE WHEN r.status IN ('pending', 'waiting', 'held') THEN 'running' ELSE r.status END,
+        error = CASE WHEN r.status = 'held' THEN NULL ELSE r.error END,  -- see hold_run
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
@@ -358,14 +359,16 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
 -- name: hold_run
--- A replay that did not match the run's history (SPEC §4.2): the run is let go of as it
--- is, its waits and its children left alone and no attempt spent, and claimable again
--- after `:delay_s` (never past its deadline). A canceled run whose undos the code could not
--- replay keeps its status and cancel's error (`:error` NULL), still to be compensated.
+-- A replay that did not match the run's history (SPEC §4.2): the run is let go of as it is
+-- (its waits, its children, its attempts), `held`, claimable again after `:delay_s`. Its
+-- deadline does not bring that forward: a deadline passed is enforced (with the undos) by
+-- the claim of code that matches, never by the code that cannot replay it. A canceled run
+-- whose undos the code could not replay stays canceled, with the cancel's error (`:error`
+-- NULL), still to be compensated. The hold's error is the run's until a claim takes it.
 UPDATE {schema}.runs SET
     status = CASE WHEN status = 'running' THEN 'held' ELSE status END,
     error = COALESCE(CAST(:error AS jsonb), error), holds = holds + 1,
-    available_at = LEAST(now() + :delay_s * interval '1 second', deadline_at),
+    available_at = now() + :delay_s * interval '1 second',
     wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running' OR compensating)
@@ -375,7 +378,7 @@ RETURNING available_at;
 UPDATE {schema}.runs SET
     status = 'pending', attempts = attempts + 1, error = CAST(:error AS jsonb),
     available_at = LEAST(now() + :delay_s * interval '1 second', deadline_at),
-    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    worker_id = NULL, lease_expires_at = NULL, holds = 0, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running') IS TRUE
 RETURNING id;
@@ -947,6 +950,7 @@ WITH q AS (
         fence = r.fence + 1,
         worker_id = :worker_id,
         status = CASE WHEN r.status IN ('pending', 'waiting', 'held') THEN 'running' ELSE r.status END,
+        error = CASE WHEN r.status = 'held' THEN NULL ELSE r.error END,  -- see hold_run
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
@@ -1123,7 +1127,7 @@ SELECT r.id FROM {schema}.runs r
 WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s * interval '1 second'
   AND r.status = ANY(CAST(:statuses AS text[])) AND NOT r.compensating
   AND NOT EXISTS (SELECT 1 FROM {schema}.runs p WHERE p.id = r.parent_run_id
-                  AND (p.status IN ('pending', 'running', 'waiting')) IS TRUE)
+                  AND (p.status IN ('pending', 'running', 'waiting', 'held')) IS TRUE)
 ORDER BY r.finished_at
 LIMIT :batch
 FOR UPDATE SKIP LOCKED;

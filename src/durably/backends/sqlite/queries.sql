@@ -60,6 +60,7 @@ UPDATE {schema}_runs SET
     fence = fence + 1,
     worker_id = :worker_id,
     status = CASE WHEN status IN ('pending', 'waiting', 'held') THEN 'running' ELSE status END,
+    error = CASE WHEN status = 'held' THEN NULL ELSE error END,  -- see hold_run
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
     available_at = now() + :lease,
@@ -243,8 +244,7 @@ RETURNING id;
 -- See the PostgreSQL twin.
 UPDATE {schema}_runs SET
     status = CASE WHEN status = 'running' THEN 'held' ELSE status END,
-    error = coalesce(:error, error), holds = holds + 1,
-    available_at = min(now() + :delay_s, coalesce(deadline_at, now() + :delay_s)),
+    error = coalesce(:error, error), holds = holds + 1, available_at = now() + :delay_s,
     wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running' OR compensating)
@@ -254,7 +254,7 @@ RETURNING available_at;
 UPDATE {schema}_runs SET
     status = 'pending', attempts = attempts + 1, error = :error,
     available_at = min(now() + :delay_s, coalesce(deadline_at, now() + :delay_s)),
-    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    worker_id = NULL, lease_expires_at = NULL, holds = 0, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
 RETURNING id;
@@ -624,6 +624,7 @@ UPDATE {schema}_runs SET
     fence = fence + 1,
     worker_id = :worker_id,
     status = CASE WHEN status IN ('pending', 'waiting', 'held') THEN 'running' ELSE status END,
+    error = CASE WHEN status = 'held' THEN NULL ELSE error END,  -- see hold_run
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
     available_at = now() + :lease,
@@ -831,7 +832,7 @@ SELECT r.id FROM {schema}_runs r
 WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s
   AND r.status IN (SELECT value FROM json_each(:statuses)) AND NOT r.compensating
   AND NOT EXISTS (SELECT 1 FROM {schema}_runs p WHERE p.id = r.parent_run_id
-                  AND p.status IN ('pending', 'running', 'waiting'))
+                  AND p.status IN ('pending', 'running', 'waiting', 'held'))
 ORDER BY r.finished_at
 LIMIT :batch;
 
