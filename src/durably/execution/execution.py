@@ -517,7 +517,7 @@ class Execution(LiveWaits, Lifecycles):
         log.warning("run %s held (hold %d in a row, claimed again in %gs): %s", self.run_id,
                     holds, delay, message(error))  # fmt: skip
         self.concluded = True
-        available = await self.store.hold(self.lease, None if canceled else described, delay)
+        available = await self.store.hold(self.lease, described, delay)
         self.on_park((available - self.now()).total_seconds())
 
     async def _compensate(self) -> None:

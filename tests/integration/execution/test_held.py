@@ -5,11 +5,13 @@ deployed; `cancel` still ends it, and its undos then run under matching code."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from durably import Durably, NonDeterminismError, RetryPolicy
+from durably import Durably, NonDeterminismError, RetryPolicy, WorkflowTimeoutError
 from tests.helpers import eventually, scaled
 
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -51,12 +53,12 @@ async def _status(app: Durably, run_id: str, status: str) -> bool:
     return (await app.get_run(run_id)).status == status
 
 
-async def _deployed_v1(db_url: str) -> tuple[str, list[str]]:
+async def _deployed_v1(db_url: str, deadline_at: datetime | None = None) -> tuple[str, list[str]]:
     """A run of the original code, waiting for its approval, no worker left running."""
     app, ran = Durably(db_url), []
     order = _order(app, "reserve-stock", [], ran)
     async with app, app.worker():
-        handle = await order.start()
+        handle = await order.start(deadline_at=deadline_at)
         await eventually(lambda: _status(app, handle.run_id, "waiting"), what="the wait")
     return handle.run_id, ran
 
@@ -200,3 +202,62 @@ async def test_a_non_determinism_error_raised_by_user_code_fails_as_any_error(
             run = await (await wf.start()).wait(timeout=scaled(20))
             assert run.status == "failed", run
     assert undone == ["stock", "stock"]
+
+
+async def test_a_held_run_has_not_ended_its_result_keeps_waiting(db_url: str) -> None:
+    """Waiting for a held run's result times out (never a RunFailedError), through holds in
+    a row, and returns the output once the fix completes it."""
+    run_id, _ = await _deployed_v1(db_url)
+    bad = Durably(db_url)
+    _order(bad, "renamed", [], [])
+    async with bad:
+        await bad.send_signal("approve", {"ok": True})
+        handle = bad.handle(run_id)
+        async with bad.worker():
+            await eventually(lambda: _status(bad, run_id, "held"), what="the run held")
+            first = await bad.get_run(run_id)
+            waiter = asyncio.ensure_future(handle.result(timeout=scaled(60)))
+            await eventually(lambda: _fence_past(bad, run_id, first.fence), what="a second claim")
+            await eventually(lambda: _status(bad, run_id, "held"), what="held again")
+            assert not waiter.done()
+        with pytest.raises(WorkflowTimeoutError, match="still held"):
+            await handle.result(timeout=scaled(0.5))
+        assert not waiter.done()
+        fixed = Durably(db_url)
+        _order(fixed, "reserve-stock", [], [])
+        async with fixed, fixed.worker():
+            await fixed.send_signal("child-go", None)
+            out = await waiter
+    assert out["shipped"] == "shipped:True"
+
+
+async def test_a_deadline_passed_while_held_fails_the_run_under_the_fix(db_url: str) -> None:
+    """The deadline of a held run does not end it under code that cannot replay it (its
+    claims keep their back-off, nothing is undone): the fix's claim fails it, undoing."""
+    deadline = datetime.now(UTC) + timedelta(seconds=scaled(2))
+    run_id, _ = await _deployed_v1(db_url, deadline_at=deadline)
+    bad, undone, ran = Durably(db_url), [], []
+    _order(bad, "renamed", undone, ran)
+    async with bad:
+        await eventually(lambda: _past(bad, deadline), timeout=scaled(10), what="the deadline")
+        async with bad.worker():
+            await eventually(lambda: _status(bad, run_id, "held"), what="the run held")
+            first = await bad.get_run(run_id)
+            await eventually(lambda: _fence_past(bad, run_id, first.fence), what="a second claim")
+            await eventually(lambda: _status(bad, run_id, "held"), what="held again")
+            second = await bad.get_run(run_id)
+        assert first.error is not None and second.error is not None
+        assert (first.error["holds"], second.error["holds"]) == (1, 2)  # no claim in between
+        assert second.available_at is not None and second.available_at > deadline
+        assert undone == [] and ran == []
+
+    fixed, undone, ran = Durably(db_url), [], []
+    _order(fixed, "reserve-stock", undone, ran)
+    async with fixed, fixed.worker():
+        run = await fixed.handle(run_id).wait(timeout=scaled(30))
+    assert run.status == "failed" and run.error is not None, run
+    assert run.error["type"] == "DeadlineExceeded" and undone == ["stock-1"] and ran == []
+
+
+async def _past(app: Durably, when: datetime) -> bool:
+    return datetime.now(UTC) > when

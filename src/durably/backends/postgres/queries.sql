@@ -363,11 +363,13 @@ RETURNING id;
 -- (its waits, its children, its attempts), `held`, claimable again after `:delay_s`. Its
 -- deadline does not bring that forward: a deadline passed is enforced (with the undos) by
 -- the claim of code that matches, never by the code that cannot replay it. A canceled run
--- whose undos the code could not replay stays canceled, with the cancel's error (`:error`
--- NULL), still to be compensated. The hold's error is the run's until a claim takes it.
+-- whose undos the code could not replay (canceled before this claim, or during it) stays
+-- canceled, with the cancel's error, still to be compensated. The hold's error is the
+-- run's until a claim takes it.
 UPDATE {schema}.runs SET
     status = CASE WHEN status = 'running' THEN 'held' ELSE status END,
-    error = COALESCE(CAST(:error AS jsonb), error), holds = holds + 1,
+    error = CASE WHEN status = 'running' THEN CAST(:error AS jsonb) ELSE error END,
+    holds = holds + 1,
     available_at = now() + :delay_s * interval '1 second',
     wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id

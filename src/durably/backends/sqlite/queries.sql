@@ -244,7 +244,8 @@ RETURNING id;
 -- See the PostgreSQL twin.
 UPDATE {schema}_runs SET
     status = CASE WHEN status = 'running' THEN 'held' ELSE status END,
-    error = coalesce(:error, error), holds = holds + 1, available_at = now() + :delay_s,
+    error = CASE WHEN status = 'running' THEN :error ELSE error END, holds = holds + 1,
+    available_at = now() + :delay_s,
     wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running' OR compensating)
