@@ -741,14 +741,16 @@ SELECT * FROM {schema}.workers ORDER BY started_at;
 
 -- name: list_stuck
 -- plan: each call
+-- Held runs (they wait for code that matches their history: runs_status), and due runs.
+SELECT r.* FROM {schema}.runs r WHERE r.status = 'held'
+UNION ALL
 SELECT r.* FROM {schema}.runs r
-WHERE r.status = 'held'  -- waiting for code that matches its history (runs_status)
-   OR r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
+WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
   AND (r.available_at <= now() - :grace_s * interval '1 second'
        OR NOT EXISTS (SELECT 1 FROM {schema}.workers w
                       WHERE w.last_seen_at > now() - :alive_s * interval '1 second'
                         AND w.workflows @> jsonb_build_array(jsonb_build_array(r.workflow, r.version))))
-ORDER BY r.available_at
+ORDER BY available_at
 LIMIT :limit;
 
 -- name: metrics

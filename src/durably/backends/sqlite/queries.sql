@@ -524,15 +524,17 @@ RETURNING id;
 SELECT * FROM {schema}_workers ORDER BY started_at;
 
 -- name: list_stuck
+-- Held runs (they wait for code that matches their history: runs_held), and due runs.
+SELECT r.* FROM {schema}_runs r WHERE r.status = 'held'
+UNION ALL
 SELECT r.* FROM {schema}_runs r
-WHERE r.status = 'held'  -- waiting for code that matches its history (runs_held)
-   OR r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
+WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
   AND (r.available_at <= now() - :grace_s
        OR NOT EXISTS (SELECT 1 FROM {schema}_workers w, json_each(w.workflows) j
                       WHERE w.last_seen_at > now() - :alive_s
                         AND json_extract(j.value, '$[0]') = r.workflow
                         AND json_extract(j.value, '$[1]') = r.version))
-ORDER BY r.available_at
+ORDER BY available_at
 LIMIT :limit;
 
 -- name: metrics

@@ -11,4 +11,4 @@ UPDATE sqlite_master SET sql = replace(sql, '''waiting'', ''completed''',
     '''waiting'', ''held'', ''completed''')
 WHERE type = 'table' AND name = '{schema}_runs';
 PRAGMA writable_schema = RESET;
-CREATE INDEX {schema}_runs_held ON {schema}_runs (available_at) WHERE status = 'held';
+CREATE INDEX {schema}_runs_held ON {schema}_runs (status, available_at) WHERE status = 'held';
