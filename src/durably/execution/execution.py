@@ -94,6 +94,7 @@ class Execution(LiveWaits, Lifecycles):
         heartbeat: Callable[[], Coroutine[Any, Any, None]],
         confirm: ClaimConfirmation | None = None,
         max_history_bytes: int = DEFAULT_MAX_HISTORY,
+        hold_mismatches: bool = True,
     ) -> None:
         self.store = store
         self._confirm = confirm
@@ -128,6 +129,7 @@ class Execution(LiveWaits, Lifecycles):
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
         self.mismatch: NonDeterminismError | None = None  # the replay check's, not the user's
+        self.hold_mismatches = hold_mismatches  # else a mismatch fails the run
         self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
         self.compensations: list[tuple[int, Command]] = []
@@ -427,7 +429,7 @@ class Execution(LiveWaits, Lifecycles):
                 with contextlib.suppress(Exception):
                     await self.store.release(self.lease)
             return
-        if self.mismatch is not None:
+        if self.mismatch is not None and self.hold_mismatches:
             await self._hold(self.mismatch, stop)
             return
         if main is None and stop is None:  # parked
