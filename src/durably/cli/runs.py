@@ -9,6 +9,7 @@ import typer
 from ..client.durably import Durably
 from ..core.durations import parse_instant
 from ..core.errors import ConfigurationError, InvalidInput
+from ..store.models import STATUSES
 from . import _render
 from ._common import fail, options, parse_json, print_json, run
 from ._progress import wait_with_progress
@@ -125,14 +126,13 @@ def list_runs(
     status: str | None = typer.Option(None, "--status"),
     workflow: str | None = typer.Option(None, "--workflow"),
     queue: str | None = typer.Option(None, "--queue", help="runs of this queue"),
-    stuck: bool = typer.Option(False, "--stuck", help="due runs nothing is taking"),
+    stuck: bool = typer.Option(False, "--stuck", help="due runs nothing is taking, and held runs"),
     limit: int = typer.Option(100, "--limit", min=1),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """List runs, newest first."""
-    statuses = ("pending", "running", "waiting", "completed", "failed", "canceled")
-    if status is not None and status not in statuses:
-        fail(f"--status must be one of {', '.join(statuses)}", 2)
+    if status is not None and status not in STATUSES:
+        fail(f"--status must be one of {', '.join(STATUSES)}", 2)
     durably = options(ctx).load(read_only=True)
 
     async def go() -> Any:

@@ -387,7 +387,8 @@ class App(OperatingApi):
         )
 
     async def cancel(self, run_id: str) -> Run:
-        """Cancel a run and its children; a step in flight is interrupted.
+        """Cancel a run and its children; a step in flight is interrupted. A held run
+        ends too; its undos run once code that matches its history claims it.
 
         Raises:
             RunNotFound: no such run.
@@ -440,8 +441,9 @@ class App(OperatingApi):
         return next_ticks(self)
 
     async def list_stuck(self, limit: int = 100) -> list[Run]:
-        """Due runs that no live worker runs the (workflow, version) of, and runs that have
-        been due for over 30 s (workers are missing or saturated)."""
+        """Due runs that no live worker runs the (workflow, version) of, runs that have
+        been due for over 30 s (workers are missing or saturated), and held runs (their
+        replay did not match their history: the deployed code must be fixed)."""
         await self.open()
         return await self.store.list_stuck(limit, grace_s=30, alive_s=60)
 

@@ -7,7 +7,7 @@ from typing import Any
 from ..client.durably import Durably
 
 _HELP = {
-    "durably_runs": ("gauge", "Runs by status."),
+    "durably_runs": ("gauge", "Runs by status (held: waiting for code that matches its history)."),
     "durably_step_attempts": ("gauge", "Step attempts by status."),
     "durably_queue_depth": ("gauge", "Runs that are due and not yet claimed."),
     "durably_claim_latency_seconds": ("gauge",

@@ -7,16 +7,15 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from ..store.models import Run, StepAttempt
+from ..store.models import STATUSES, Run, StepAttempt
 from . import _operating as ops
 
-STATUSES = ("pending", "running", "waiting", "completed", "failed", "canceled")
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;width:100%}td,th{padding:4px 8px;border-bottom:1px solid #ddd;
 text-align:left;vertical-align:top}a{color:#0645ad}.s-completed{color:#18794e}
 .s-failed{color:#c62828}.s-canceled{color:#8e24aa}.s-running{color:#0277bd}
-.s-waiting{color:#3949ab}.s-pending{color:#b26a00}.s-abandoned{color:#777}
+.s-waiting{color:#3949ab}.s-pending{color:#b26a00}.s-abandoned{color:#777}.s-held{color:#d84315}
 .bar{height:10px;background:#90caf9;position:relative}.lane{background:#f3f3f3;width:300px}
 .error{background:#fdecea;padding:8px;border:1px solid #c62828}.notice{background:#e8f5e9;
 padding:8px}form.inline{display:inline}pre{background:#f7f7f7;padding:6px;margin:0;

@@ -14,6 +14,7 @@ from ..client.durably import Durably
 from ..core.codec import parse
 from ..core.durations import parse_duration
 from ..core.errors import DurablyError
+from ..store.models import STATUSES
 from . import _metrics, _operating, _pages
 from ._auth import Auth
 
@@ -138,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _list(self, query: dict[str, str]) -> None:
         status = query.get("status") or None
-        if status is not None and status not in _pages.STATUSES:
+        if status is not None and status not in STATUSES:
             raise DashboardError(f"unknown status {status!r}")
         since = None
         if query.get("since"):

@@ -367,6 +367,16 @@ class Store(RunEnds, Sends, GiveBacks):
             raise LeaseLostError(f"lost the lease on run {lease.run_id} while parking it")
         return rows[0]["available_at"]  # type: ignore[no-any-return]
 
+    async def hold(self, lease: Lease, error: dict[str, Any], delay_s: float) -> datetime:
+        """Let go of a run whose replay did not match its history (SPEC §4.2): `held`
+        with `error`, claimable again in `delay_s` (a canceled run stays canceled)."""
+        rows = await self.db.fetch(
+            "hold_run", **lease.params(), error=encode(error, "error"), delay_s=delay_s
+        )
+        if not rows:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id} while holding it")
+        return rows[0]["available_at"]  # type: ignore[no-any-return]
+
     async def release(self, lease: Lease) -> None:
         await self.db.fetch("release", **lease.params())
         self.db.notify_local("run")

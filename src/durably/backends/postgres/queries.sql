@@ -179,7 +179,8 @@ WITH quick AS MATERIALIZED (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
         worker_id = :worker_id,
-        status = CASE WHEN r.status IN ('pending', 'waiting') THEN 'running' ELSE r.status END,
+        status = CASE WHEN r.status IN ('pending', 'waiting', 'held') THEN 'running' ELSE r.status END,
+        error = CASE WHEN r.status = 'held' THEN NULL ELSE r.error END,  -- see hold_run
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
@@ -358,7 +359,8 @@ UPDATE {schema}.runs SET
     available_at = CASE WHEN wake_requested THEN now()
                         ELSE LEAST(CAST(:wake_at AS timestamptz), deadline_at) END,
     wake_at = :wake_at, waiting_for = :waiting_for, error = CAST(:error AS jsonb),
-    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, holds = 0,
+    updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running') IS TRUE
 RETURNING available_at;
@@ -370,11 +372,29 @@ UPDATE {schema}.runs SET
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
+-- name: hold_run
+-- A replay that did not match the run's history (SPEC §4.2): the run is let go of as it is
+-- (its waits, its children, its attempts), `held`, claimable again after `:delay_s`. Its
+-- deadline does not bring that forward: a deadline passed is enforced (with the undos) by
+-- the claim of code that matches, never by the code that cannot replay it. A canceled run
+-- whose undos the code could not replay (canceled before this claim, or during it) stays
+-- canceled, with the cancel's error, still to be compensated. The hold's error is the
+-- run's until a claim takes it.
+UPDATE {schema}.runs SET
+    status = CASE WHEN status = 'running' THEN 'held' ELSE status END,
+    error = CASE WHEN status = 'running' THEN CAST(:error AS jsonb) ELSE error END,
+    holds = holds + 1,
+    available_at = now() + :delay_s * interval '1 second',
+    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating)
+RETURNING available_at;
+
 -- name: retry_run
 UPDATE {schema}.runs SET
     status = 'pending', attempts = attempts + 1, error = CAST(:error AS jsonb),
     available_at = LEAST(now() + :delay_s * interval '1 second', deadline_at),
-    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    worker_id = NULL, lease_expires_at = NULL, holds = 0, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running') IS TRUE
 RETURNING id;
@@ -559,7 +579,7 @@ FROM done;
 -- Children to cancel because their parent ended first.
 SELECT id FROM {schema}.runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
-  AND (status IN ('pending', 'running', 'waiting')) IS TRUE;
+  AND (status IN ('pending', 'running', 'waiting', 'held')) IS TRUE;
 
 -- name: lock_tree
 -- Before a run's tree changes (a cancel; a parent's end that cancels its children): the
@@ -579,7 +599,7 @@ WITH RECURSIVE tree AS (
 )
 SELECT r.id, r.status FROM {schema}.runs r
 WHERE r.id = ANY(ARRAY(SELECT id FROM tree UNION ALL SELECT parent_run_id FROM tree WHERE id = :run_id))
-  AND (r.id = :run_id OR (r.status IN ('pending', 'running', 'waiting')) IS TRUE)
+  AND (r.id = :run_id OR (r.status IN ('pending', 'running', 'waiting', 'held')) IS TRUE)
 ORDER BY r.id
 FOR NO KEY UPDATE;
 
@@ -615,7 +635,7 @@ WITH RECURSIVE tree AS (  -- read as in lock_tree
             THEN now() END,
         lease_expires_at = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.lease_expires_at END
     WHERE r.id = ANY(ARRAY(SELECT id FROM tree))
-      AND (r.status IN ('pending', 'running', 'waiting')) IS TRUE
+      AND (r.status IN ('pending', 'running', 'waiting', 'held')) IS TRUE
     RETURNING r.id, r.parent_run_id, r.worker_id
 ), attempts AS (
     UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
@@ -639,7 +659,7 @@ FROM canceled;
 
 -- name: expire_deadline
 UPDATE {schema}.runs SET available_at = now()
-WHERE id = :run_id AND status IN ('pending', 'waiting') AND deadline_at <= now()
+WHERE id = :run_id AND status IN ('pending', 'waiting', 'held') AND deadline_at <= now()
 RETURNING id;
 
 -- name: lock_signal
@@ -735,13 +755,16 @@ SELECT * FROM {schema}.workers ORDER BY started_at;
 
 -- name: list_stuck
 -- plan: each call
+-- Held runs (they wait for code that matches their history: runs_status), and due runs.
+SELECT r.* FROM {schema}.runs r WHERE r.status = 'held'
+UNION ALL
 SELECT r.* FROM {schema}.runs r
 WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
   AND (r.available_at <= now() - :grace_s * interval '1 second'
        OR NOT EXISTS (SELECT 1 FROM {schema}.workers w
                       WHERE w.last_seen_at > now() - :alive_s * interval '1 second'
                         AND w.workflows @> jsonb_build_array(jsonb_build_array(r.workflow, r.version))))
-ORDER BY r.available_at
+ORDER BY available_at
 LIMIT :limit;
 
 -- name: metrics
@@ -901,7 +924,7 @@ WITH q AS (
         WHERE room.slots > 0 AND r.namespace = :namespace AND r.workflow = p.workflow
           AND r.version = p.version AND r.queue IS NOT NULL AND r.queue = :queue
           AND r.available_at <= now() AND r.id <> ALL(CAST(:held AS text[]))  -- see claim
-          AND r.status IN ('pending', 'waiting')
+          AND r.status IN ('pending', 'waiting', 'held')
           AND (room.per_key IS NULL OR r.concurrency_key IS NULL
                OR COALESCE((SELECT n FROM busy WHERE k = r.concurrency_key), 0) < room.per_key)
         ORDER BY r.priority DESC, r.available_at
@@ -942,7 +965,8 @@ WITH q AS (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
         worker_id = :worker_id,
-        status = CASE WHEN r.status IN ('pending', 'waiting') THEN 'running' ELSE r.status END,
+        status = CASE WHEN r.status IN ('pending', 'waiting', 'held') THEN 'running' ELSE r.status END,
+        error = CASE WHEN r.status = 'held' THEN NULL ELSE r.error END,  -- see hold_run
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
@@ -1121,7 +1145,7 @@ WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s * interval 
   AND r.status = ANY(CAST(:statuses AS text[])) AND NOT r.compensating
   AND (CAST(:workflow AS text) IS NULL OR r.workflow = :workflow)
   AND NOT EXISTS (SELECT 1 FROM {schema}.runs p WHERE p.id = r.parent_run_id
-                  AND (p.status IN ('pending', 'running', 'waiting')) IS TRUE)
+                  AND (p.status IN ('pending', 'running', 'waiting', 'held')) IS TRUE)
 ORDER BY r.finished_at
 LIMIT :batch
 FOR UPDATE SKIP LOCKED;
