@@ -46,6 +46,10 @@ from .lease import LeaseConnection
 from .migrator import Migrator
 from .transactions import PgTx, Queries, json_as_text, pipelined_transaction
 
+# Jitter from a generator of the engine's own: the global one is the program's (seeded by
+# tests, hypothesis included), and the engine's threads would draw from it.
+_JITTER = random.Random()
+
 log = logging.getLogger("durably.postgres")
 T = TypeVar("T")
 
@@ -291,7 +295,7 @@ class PostgresConnector:
                         f"{_text(cause)}"
                     ) from cause
                 log.info("%s: %s; trying again", what, exc)
-                await asyncio.sleep(random.uniform(0.005, 0.02) * 2**tries)
+                await asyncio.sleep(_JITTER.uniform(0.005, 0.02) * 2**tries)
                 tries += 1
 
     async def _raise_for(self, exc: psycopg.Error) -> NoReturn:

@@ -21,6 +21,10 @@ from psycopg import sql
 from ...core.errors import DatabaseUnavailable
 from .. import _queries
 
+# Jitter from a generator of the engine's own: the global one is the program's (seeded by
+# tests, hypothesis included), and the engine's threads would draw from it.
+_JITTER = random.Random()
+
 log = logging.getLogger("durably.postgres")
 
 MIGRATION_LOCK_S = 1.0  # a migration's wait for one table lock, before it tries again
@@ -71,7 +75,7 @@ class Migrator:
                     ) from exc
                 log.warning("migrating: a table is locked by another transaction; trying "
                             "again (%s)", str(exc).strip())  # fmt: skip
-                await asyncio.sleep(random.uniform(0.1, 0.5))
+                await asyncio.sleep(_JITTER.uniform(0.1, 0.5))
 
     async def _migrate_once(self, applied: list[str]) -> None:
         """Apply what is not applied yet, adding the name of each to `applied` once it is
@@ -148,7 +152,7 @@ class Migrator:
             if not told:
                 log.info("migrating: waiting for another migration of schema %r", self.schema)
                 told = True
-            await asyncio.sleep(random.uniform(0.05, 0.25))
+            await asyncio.sleep(_JITTER.uniform(0.05, 0.25))
 
     async def _exclude_older_releases(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """In a transaction of the migration: the lock an older release's migrator takes
