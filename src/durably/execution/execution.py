@@ -37,6 +37,7 @@ from ..core.errors import (
     LeaseLostError,
     NonDeterminismError,
     PayloadTooLarge,
+    RunTerminalError,
     StepLimitExceeded,
     WorkflowMisuseError,
     describe,
@@ -391,16 +392,20 @@ class Execution(LiveWaits, Lifecycles):
 
     async def _park(self) -> bool:
         """Everything left waits: park the run until the earliest wake-up. False: nothing waits."""
-        waits = [c.wait for c in self.commands.values()
-                 if c.wait is not None and not c.settled and not c.abandoned]  # fmt: skip
+        parked = [c for c in self.commands.values()
+                  if c.wait is not None and not c.settled and not c.abandoned]  # fmt: skip
+        waits = [c.wait for c in parked if c.wait is not None]
         if not waits:
             return False
+        # The children whose end is to wake the run: those the code awaits. A child it only
+        # started (a handle not awaited yet) is read again by the claim that awaits it.
+        children = [c.wait.child for c in parked if c.blocking and c.wait and c.wait.child]
         self.concluded = True
         wakes = [w.wake_at for w in waits if w.wake_at is not None]
         wake_at = min(wakes) if wakes else None
         status = "pending" if all(w.retry for w in waits) else "waiting"
         label = ", ".join(dict.fromkeys(w.label for w in waits))[:500]
-        available = await self.store.park(self.lease, status, wake_at, label)
+        available = await self.store.park(self.lease, status, wake_at, label, children)
         if available is not None:
             self.on_park((available - self.now()).total_seconds())
         return True
@@ -460,6 +465,12 @@ class Execution(LiveWaits, Lifecycles):
         except InvalidInput as exc:
             await self._fail(exc, retry=False)
             return
+        if self.row.get("parent_run_id") and await self.store.parent_gave_up(self.run_id):
+            # Its parent stopped waiting while no worker served it, to cancel this child as
+            # it does on time: too late. It is canceled now (then finished canceled below,
+            # its compensations run), and the parent reads a time-out, not this result.
+            with contextlib.suppress(RunTerminalError):
+                await self.store.cancel(self.run_id, TIMED_OUT)
         await self._finish("completed", output_json=out)
 
     async def _fail(self, error: BaseException, retry: bool) -> None:

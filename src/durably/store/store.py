@@ -351,13 +351,19 @@ class Store(RunEnds, Sends, GiveBacks):
             raise LeaseLostError(f"lost the lease on run {lease.run_id}; nothing was committed")
         return rows[0]["db_now"]  # type: ignore[no-any-return]
 
+    async def parent_gave_up(self, run_id: str) -> bool:
+        """The run is a child whose parent's wait for it has timed out."""
+        return bool(await self.db.fetch("parent_gave_up", run_id=run_id))
+
     async def park(
         self, lease: Lease, status: str, wake_at: datetime | None, waiting_for: str | None,
-        error: dict[str, Any] | None = None,
+        children: Sequence[str] = (), error: dict[str, Any] | None = None,
     ) -> datetime | None:  # fmt: skip
+        """Park the run (`status`: waiting, or pending for a retry's back-off) until
+        `wake_at`, or until one of `children` (the children it waits for) ends."""
         rows = await self.db.fetch(
             "park", **lease.params(), status=status, wake_at=wake_at, waiting_for=waiting_for,
-            error=encode(error, "error") if error else None,
+            parked_on=list(children), error=encode(error, "error") if error else None,
         )  # fmt: skip
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} while parking it")

@@ -8,7 +8,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from durably import Durably, RetryPolicy, WorkflowTimeoutError
+import pytest
+
+from durably import Durably, RetryPolicy, RunFailedError, WorkflowTimeoutError
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -67,11 +69,13 @@ async def test_a_child_ending_after_its_parents_wait_timed_out_counts_as_timed_o
 ) -> None:
     """The parent waits for its child with a timeout; its worker stops. The timeout passes
     while no worker serves the parent, and the child then completes (its own worker).
-    When the parent is served again, its wait timed out: WorkflowTimeoutError, not the
-    child's late result."""
+    Its end finds the parent's wait timed out: it is canceled (its compensation runs), as the parent would have canceled it on time; and when the parent is served again
+    it reads a time-out (WorkflowTimeoutError), not the child's late result."""
     parent_app, kid_app = Durably(db_url), Durably(db_url)
+    refunds: list[str] = []
 
     async def kid_flow(ctx: Any) -> str:
+        await ctx.step.run("charge", lambda: "charged", compensate=lambda: refunds.append("x"))
         await ctx.step.wait_for_signal("kid-go", timeout=duration(60))
         return "late"
 
@@ -99,6 +103,8 @@ async def test_a_child_ending_after_its_parents_wait_timed_out_counts_as_timed_o
 
             await eventually(lambda: datetime.now(UTC) > wake_at, what="the timeout to pass")
             await kid_app.send_signal("kid-go", None)
-            assert await kid_app.handle(child.run_id).result(timeout=scaled(10)) == "late"
+            with pytest.raises(RunFailedError, match="parent stopped waiting"):
+                await kid_app.handle(child.run_id).result(timeout=scaled(10))  # not "late"
         async with parent_app.worker():
             assert await handle.result(timeout=scaled(10)) == "timed out"
+    assert refunds == ["x"]
