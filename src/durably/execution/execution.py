@@ -37,7 +37,6 @@ from ..core.errors import (
     LeaseLostError,
     NonDeterminismError,
     PayloadTooLarge,
-    RunTerminalError,
     StepLimitExceeded,
     WorkflowMisuseError,
     describe,
@@ -397,9 +396,9 @@ class Execution(LiveWaits, Lifecycles):
         waits = [c.wait for c in parked if c.wait is not None]
         if not waits:
             return False
-        # The children whose end is to wake the run: those the code awaits. A child it only
-        # started (a handle not awaited yet) is read again by the claim that awaits it.
-        children = [c.wait.child for c in parked if c.blocking and c.wait and c.wait.child]
+        # The children whose end wakes the run: those its code awaits. One it only started
+        # (a handle not awaited yet) is read again by the claim that reaches its await.
+        children = [c.wait.ended_by for c in parked if c.blocking and c.wait and c.wait.ended_by]
         self.concluded = True
         wakes = [w.wake_at for w in waits if w.wake_at is not None]
         wake_at = min(wakes) if wakes else None
@@ -465,12 +464,6 @@ class Execution(LiveWaits, Lifecycles):
         except InvalidInput as exc:
             await self._fail(exc, retry=False)
             return
-        if self.row.get("parent_run_id") and await self.store.parent_gave_up(self.run_id):
-            # Its parent stopped waiting while no worker served it, to cancel this child as
-            # it does on time: too late. It is canceled now (then finished canceled below,
-            # its compensations run), and the parent reads a time-out, not this result.
-            with contextlib.suppress(RunTerminalError):
-                await self.store.cancel(self.run_id, TIMED_OUT)
         await self._finish("completed", output_json=out)
 
     async def _fail(self, error: BaseException, retry: bool) -> None:

@@ -351,10 +351,6 @@ class Store(RunEnds, Sends, GiveBacks):
             raise LeaseLostError(f"lost the lease on run {lease.run_id}; nothing was committed")
         return rows[0]["db_now"]  # type: ignore[no-any-return]
 
-    async def parent_gave_up(self, run_id: str) -> bool:
-        """The run is a child whose parent's wait for it has timed out."""
-        return bool(await self.db.fetch("parent_gave_up", run_id=run_id))
-
     async def park(
         self, lease: Lease, status: str, wake_at: datetime | None, waiting_for: str | None,
         children: Sequence[str] = (), error: dict[str, Any] | None = None,

@@ -43,7 +43,7 @@ class Wait:
     retry: bool = False
     attempt: int = 1
     child_run_id: str | None = None
-    child: str | None = None  # the child whose end ends this wait (woken by it when parked)
+    ended_by: str | None = None  # the child whose end ends it (and wakes the run: `park`)
 
     def resume(self, cmd: Command) -> Recorded:
         """What the command's lifecycle finds when it is taken up again in this claim."""

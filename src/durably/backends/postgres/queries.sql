@@ -353,7 +353,7 @@ UPDATE {schema}.runs SET
     available_at = CASE WHEN wake_requested THEN now()
                         ELSE LEAST(CAST(:wake_at AS timestamptz), deadline_at) END,
     wake_at = :wake_at, waiting_for = :waiting_for, error = CAST(:error AS jsonb),
-    parked_on = CAST(:parked_on AS text[]),
+    parked_on = CAST(:parked_on AS text[]), parked_fence = fence,
     wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running') IS TRUE
@@ -458,7 +458,8 @@ WITH v AS (
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
         updated_at = now()
     FROM done WHERE p.id = done.parent_run_id AND (p.status IN ('waiting', 'running', 'pending')) IS TRUE
-      AND (p.status <> 'waiting' OR p.parked_on IS NULL OR done.id = ANY(p.parked_on))  -- see 0019
+      AND (p.status = 'waiting' AND p.parked_fence = p.fence AND done.id <> ALL(p.parked_on))
+          IS NOT TRUE  -- not parked by its claim on other children only: see 0020
     RETURNING p.id, p.wake_requested
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
@@ -541,7 +542,8 @@ WITH e AS (
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
         updated_at = now()
     FROM done WHERE p.id = done.parent_run_id AND (p.status IN ('waiting', 'running', 'pending')) IS TRUE
-      AND (p.status <> 'waiting' OR p.parked_on IS NULL OR done.id = ANY(p.parked_on))  -- see 0019
+      AND (p.status = 'waiting' AND p.parked_fence = p.fence AND done.id <> ALL(p.parked_on))
+          IS NOT TRUE  -- not parked by its claim on other children only: see 0020
       AND p.id NOT IN (SELECT run_id FROM e)
     RETURNING p.id, p.wake_requested
 ), notified AS (
@@ -552,13 +554,6 @@ WITH e AS (
 SELECT done.id, (SELECT count(*) FROM notified) AS notified,
     (SELECT count(*) FROM leftover) AS leftover, (SELECT count(*) FROM records) AS records
 FROM done;
-
--- name: parent_gave_up
--- The run is a child whose parent's wait for it timed out (see Execution._ended): the wait
--- is still recorded as running, its time-out passed, and nobody canceled the child yet.
-SELECT 1 AS gave_up FROM {schema}.runs c
-JOIN {schema}.step_attempts a ON a.run_id = c.parent_run_id AND a.child_run_id = c.id
-WHERE c.id = :run_id AND a.kind = 'child' AND a.status = 'running' AND a.wake_at <= now();
 
 -- name: live_children
 -- Children to cancel because their parent ended first.
@@ -633,7 +628,8 @@ WITH RECURSIVE tree AS (  -- read as in lock_tree
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END
     FROM canceled
     WHERE p.id = canceled.parent_run_id AND (p.status IN ('waiting', 'running')) IS TRUE
-      AND (p.status <> 'waiting' OR p.parked_on IS NULL OR canceled.id = ANY(p.parked_on))
+      AND (p.status = 'waiting' AND p.parked_fence = p.fence AND canceled.id <> ALL(p.parked_on))
+          IS NOT TRUE  -- as in finish_run
       AND p.id NOT IN (SELECT id FROM canceled)
     RETURNING p.id
 ), notified AS (

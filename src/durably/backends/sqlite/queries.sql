@@ -234,7 +234,8 @@ UPDATE {schema}_runs SET
     available_at = CASE WHEN wake_requested THEN now()
                         ELSE min(coalesce(:wake_at, deadline_at), coalesce(deadline_at, :wake_at))
                    END,
-    wake_at = :wake_at, waiting_for = :waiting_for, error = :error, parked_on = :parked_on,
+    wake_at = :wake_at, waiting_for = :waiting_for, error = :error,
+    parked_on = :parked_on, parked_fence = fence,
     wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
@@ -307,9 +308,10 @@ UPDATE {schema}_runs SET
     updated_at = now()
 WHERE status IN ('waiting', 'running', 'pending')
   AND id = (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token)
-  AND (status <> 'waiting' OR parked_on IS NULL OR EXISTS (  -- a child it waits for (0019)
-    SELECT 1 FROM json_each({schema}_runs.parked_on) w JOIN {schema}_runs c ON c.id = w.value
-    WHERE c.claim_token = :token));
+  AND (status = 'waiting' AND parked_fence = fence AND parked_on IS NOT NULL  -- see 0020
+    AND NOT EXISTS (SELECT 1 FROM json_each({schema}_runs.parked_on) w
+                    JOIN {schema}_runs c ON c.id = w.value WHERE c.claim_token = :token)
+  ) IS NOT TRUE;
 UPDATE {schema}_runs SET
     status = :status, output = :output, error = coalesce(:error, error),
     available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = 0,
@@ -353,9 +355,10 @@ UPDATE {schema}_runs SET
     updated_at = now()
 WHERE status IN ('waiting', 'running', 'pending') AND claim_token IS NOT :token
   AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token)
-  AND (status <> 'waiting' OR parked_on IS NULL OR EXISTS (  -- a child it waits for (0019)
-    SELECT 1 FROM json_each({schema}_runs.parked_on) w JOIN {schema}_runs c ON c.id = w.value
-    WHERE c.claim_token = :token));
+  AND (status = 'waiting' AND parked_fence = fence AND parked_on IS NOT NULL  -- see 0020
+    AND NOT EXISTS (SELECT 1 FROM json_each({schema}_runs.parked_on) w
+                    JOIN {schema}_runs c ON c.id = w.value WHERE c.claim_token = :token)
+  ) IS NOT TRUE;
 UPDATE {schema}_runs SET
     status = e.value ->> 'status', output = e.value ->> 'output',
     error = coalesce(e.value ->> 'error', error),
@@ -365,13 +368,6 @@ FROM json_each(:ends) e
 WHERE claim_token = :token AND e.value ->> 'run_id' = {schema}_runs.id
   AND e.value ->> 'fence' = {schema}_runs.fence
 RETURNING id, 0 AS notified;
-
--- name: parent_gave_up
--- The run is a child whose parent's wait for it timed out (see Execution._ended): the wait
--- is still recorded as running, its time-out passed, and nobody canceled the child yet.
-SELECT 1 AS gave_up FROM {schema}_runs c
-JOIN {schema}_step_attempts a ON a.run_id = c.parent_run_id AND a.child_run_id = c.id
-WHERE c.id = :run_id AND a.kind = 'child' AND a.status = 'running' AND a.wake_at <= now();
 
 -- name: live_children
 SELECT id FROM {schema}_runs
@@ -401,9 +397,10 @@ UPDATE {schema}_runs SET
     available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END
 WHERE status IN ('waiting', 'running') AND claim_token IS NULL
   AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token)
-  AND (status <> 'waiting' OR parked_on IS NULL OR EXISTS (  -- a child it waits for (0019)
-    SELECT 1 FROM json_each({schema}_runs.parked_on) w JOIN {schema}_runs c ON c.id = w.value
-    WHERE c.claim_token = :token));
+  AND (status = 'waiting' AND parked_fence = fence AND parked_on IS NOT NULL  -- see 0020
+    AND NOT EXISTS (SELECT 1 FROM json_each({schema}_runs.parked_on) w
+                    JOIN {schema}_runs c ON c.id = w.value WHERE c.claim_token = :token)
+  ) IS NOT TRUE;
 UPDATE {schema}_runs SET
     status = 'canceled', error = :error, updated_at = now(), claim_token = NULL,
     finished_at = CASE WHEN coalesce(lease_expires_at > now(), 0) OR EXISTS (
