@@ -32,4 +32,3 @@ async def place_order_v1(ctx: WorkflowContext, order: Order) -> str:
 async def place_order(ctx: WorkflowContext, order: Order) -> str:
     # The newest version registered: the one a version-less run is bound to.
     return await ctx.step.run("charge", charge, order)
-

@@ -39,6 +39,10 @@ class Environment:
             time-skipping environment does.
         concurrency: the in-process worker's slots.
 
+    A replay that does not match the run's history fails the run here, with the
+    `NonDeterminismError` (the code under test is the only code: it is not deterministic),
+    where a worker in production holds the run for a fix (SPEC §4.2).
+
     Example:
         ```python
         async with Environment(app) as env:
@@ -85,6 +89,10 @@ class Environment:
             await self._rebind()
             await app.open()
             self._worker = app.worker(self.concurrency, poll_interval="1s")
+            # Here the code under test is the only code: a replay that does not match its
+            # history is that code's non-determinism, so the run fails with it (a held run
+            # would be claimed again at each back-off, skipped, forever).
+            self._worker.hold_mismatches = False
             await self._worker.__aenter__()
         except BaseException:
             await self._restore()

@@ -120,6 +120,9 @@ class Worker:
         self._claiming = False  # the claim loop runs
         self._early = EarlyCancels(self.lease_s)
         self._asks: set[asyncio.Task[None]] = set()  # renewals of runs canceled early
+        # A replay that does not match its history holds the run (SPEC §4.2); durably.testing
+        # fails it instead: there the code under test is the only code.
+        self.hold_mismatches = True
 
     # --------------------------------------------------------------- lifecycle
 
@@ -333,6 +336,7 @@ class Worker:
             self.app.store, wf, row, self.worker_id, self.app.clock, self._threads,
             self.app.max_payload, self.app.max_step_attempts, self._recorder, self._wake_at,
             lambda: self._renew([run_id]), confirm, self.app.max_history_bytes,
+            self.hold_mismatches,
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
         self.running[run_id] = (execution, task)
