@@ -360,7 +360,8 @@ class Store(RunEnds, Sends, GiveBacks):
         children: Sequence[str] = (), error: dict[str, Any] | None = None,
     ) -> datetime | None:  # fmt: skip
         """Park the run (`status`: waiting, or pending for a retry's back-off) until
-        `wake_at`, or until one of `children` (the children it waits for) ends."""
+        `wake_at`, a signal, or the end or cancel of one of `children` (those its code
+        awaits: the end of another is read by the claim that awaits it)."""
         rows = await self.db.fetch(
             "park", **lease.params(), status=status, wake_at=wake_at, waiting_for=waiting_for,
             parked_on=list(children), error=encode(error, "error") if error else None,
