@@ -43,7 +43,7 @@ def _kid(app: Durably) -> Any:
 
 async def _kids(app: Durably, *names: str) -> dict[str, str]:
     """The kids' run ids by name, once each waits for its signal."""
-    kids = await eventually(lambda: _listed(app, len(names)), what="the kids")
+    kids: dict[str, str] = await eventually(lambda: _listed(app, len(names)), what="the kids")
     for run_id in kids.values():
         await eventually(functools.partial(_status, app, run_id, "waiting"), what="a kid")
     return kids
