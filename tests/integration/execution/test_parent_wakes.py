@@ -102,9 +102,9 @@ async def test_a_child_that_ended_as_its_parent_ran_is_read_when_awaited(db_url:
     kid = _kid(app)
 
     async def until_b_ended() -> None:
-        [b] = await app.list_runs(workflow="kid")
+        b = (await _kids(app, "b"))["b"]  # started beside this step: maybe not yet
         await app.send_signal("b-go", None)
-        await eventually(lambda: _status(app, b.run_id, "completed"), what="B's end")
+        await eventually(lambda: _status(app, b, "completed"), what="B's end")
 
     @app.workflow(name="parent", version="v1", retry=ONCE)
     async def parent(ctx: Any) -> str:
