@@ -186,6 +186,7 @@ class Environment:
             await asyncio.wait([change], timeout=min(left, _FALLBACK_S))
 
     async def _idle(self) -> tuple[bool, datetime | None]:
+        executed = self.worker.executed
         if self.worker.running:
             return False, None
         if await self.app.list_runs(status="running", limit=1):
@@ -196,8 +197,10 @@ class Environment:
         # A due run of a queue is not in `next_due` (it waits for a slot), and neither is a
         # run whose claim is in flight: a claim round begun after this look that claims
         # nothing proves that no run is due but held back by a limit, which only a run
-        # ending frees.
-        return await self.worker.claim_round(), next_at
+        # ending frees. A claim in flight during the look may have brought a run (whose
+        # lease is in `next_at`) that then parked before the round ended: `executed` says so.
+        quiet = await self.worker.claim_round()
+        return quiet and self.worker.executed == executed, next_at
 
     async def _advance(self, seconds: float) -> None:
         # The worker's queue declarations are dated by the database's clock: renewed past
