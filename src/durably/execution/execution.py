@@ -414,16 +414,20 @@ class Execution(LiveWaits, Lifecycles):
 
     async def _park(self) -> bool:
         """Everything left waits: park the run until the earliest wake-up. False: nothing waits."""
-        waits = [c.wait for c in self.commands.values()
-                 if c.wait is not None and not c.settled and not c.abandoned]  # fmt: skip
+        parked = [c for c in self.commands.values()
+                  if c.wait is not None and not c.settled and not c.abandoned]  # fmt: skip
+        waits = [c.wait for c in parked if c.wait is not None]
         if not waits:
             return False
+        # The children whose end wakes the run: those its code awaits. One it only started
+        # (a handle not awaited yet) is read again by the claim that reaches its await.
+        children = [c.wait.ended_by for c in parked if c.blocking and c.wait and c.wait.ended_by]
         self.concluded = True
         wakes = [w.wake_at for w in waits if w.wake_at is not None]
         wake_at = min(wakes) if wakes else None
         status = "pending" if all(w.retry for w in waits) else "waiting"
         label = ", ".join(dict.fromkeys(w.label for w in waits))[:500]
-        available = await self.store.park(self.lease, status, wake_at, label)
+        available = await self.store.park(self.lease, status, wake_at, label, children)
         if available is not None:
             self.on_park((available - self.now()).total_seconds())
         return True

@@ -162,7 +162,7 @@ async def run_child(x: Claimed, cmd: Command, spec: Child) -> None:
     if earlier is not None:
         taken = await _take_over(x, cmd, new, attempt)
         if taken is None:  # the earlier child is still undoing its work: wait for its end
-            cmd.wait = Wait(None, f"child:{new.run_id}", attempt=attempt)
+            cmd.wait = Wait(None, f"child:{new.run_id}", attempt=attempt, ended_by=new.run_id)
             return
         new = taken
     child_id = cmd.child_run_id = new.run_id
@@ -171,7 +171,8 @@ async def run_child(x: Claimed, cmd: Command, spec: Child) -> None:
         x.lease, cmd.position, attempt, cmd.name, new, _timeout(x, spec)
     )
     if created:
-        cmd.wait = Wait(wake_at, f"child:{child_id}", attempt=attempt, child_run_id=child_id)
+        cmd.wait = Wait(wake_at, f"child:{child_id}", attempt=attempt, child_run_id=child_id,
+                        ended_by=child_id)  # fmt: skip
     else:  # started before (a lost reply, an earlier attempt): it may have ended already
         await check_child(x, cmd, attempt, child_id, wake_at)
 
@@ -222,7 +223,7 @@ async def check_child(
     child = await x.store.get_run(child_id)
     if not child.terminal and (wake_at is None or wake_at > x.now()):
         cmd.wait = Wait(wake_at, f"child:{child.run_id}", attempt=attempt,
-                        child_run_id=child.run_id)  # fmt: skip
+                        child_run_id=child.run_id, ended_by=child.run_id)  # fmt: skip
         return
     if not child.terminal:
         # Timed out: cancel the child. It may end on its own meanwhile: then its end, read

@@ -357,11 +357,14 @@ class Store(RunEnds, Sends, GiveBacks):
 
     async def park(
         self, lease: Lease, status: str, wake_at: datetime | None, waiting_for: str | None,
-        error: dict[str, Any] | None = None,
+        children: Sequence[str] = (), error: dict[str, Any] | None = None,
     ) -> datetime | None:  # fmt: skip
+        """Park the run (`status`: waiting, or pending for a retry's back-off) until
+        `wake_at`, a signal, or the end or cancel of one of `children` (those its code
+        awaits: the end of another is read by the claim that awaits it)."""
         rows = await self.db.fetch(
             "park", **lease.params(), status=status, wake_at=wake_at, waiting_for=waiting_for,
-            error=encode(error, "error") if error else None,
+            parked_on=list(children), error=encode(error, "error") if error else None,
         )  # fmt: skip
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} while parking it")

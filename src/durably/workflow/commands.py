@@ -43,6 +43,7 @@ class Wait:
     retry: bool = False
     attempt: int = 1
     child_run_id: str | None = None
+    ended_by: str | None = None  # the child whose end ends it (and wakes the run: `park`)
 
     def resume(self, cmd: Command) -> Recorded:
         """What the command's lifecycle finds when it is taken up again in this claim."""
@@ -68,6 +69,7 @@ class Command:
     compensate: Callable[..., Any] | None = None
     signal: str | None = None  # the name a signal wait waits for
     awaited: bool = False
+    blocking: bool = False  # the workflow code awaits it (not only holds a child's handle)
     dropped: Callable[[Command], None] | None = None  # its StepCall went, never awaited
     issuer: asyncio.Task[Any] | None = None  # the workflow's task that issued it
     # The engine's bookkeeping of the command while it runs it (`execution`):
@@ -97,7 +99,7 @@ class StepCall(Generic[T]):
         self._cmd = cmd
 
     def __await__(self) -> Generator[Any, None, T]:
-        self._cmd.awaited = True
+        self._cmd.awaited = self._cmd.blocking = True
         return (yield from self._cmd.future.__await__())  # type: ignore[no-any-return]
 
     def __del__(self) -> None:

@@ -162,6 +162,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         # PostgreSQL only: SQLite's planner never takes its runs_claim for the claim
         *(["0018_due_by_status.sql"] if db_url.startswith("postgres") else []),
         "0019_held.sql",
+        "0020_parked_on.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))

@@ -50,11 +50,15 @@ async def test_0019_allows_held_for_runs_already_there(
     raw = _Raw(db_url)
     try:
         monkeypatch.setattr(_queries, "migrations", _SHIPPED)
-        assert await Durably(db_url, migrate=False).migrate() == ["0019_held.sql"]
-        raw.execute(f"UPDATE {raw.table} SET status = 'held', holds = holds + 1 WHERE id = ?",
-                    run_id)  # fmt: skip
-        rows = raw.execute(f"SELECT status, holds FROM {raw.table} WHERE id = ?", run_id)
-        assert [tuple(r) for r in rows] == [("held", 1)]
+        # 0020 adds columns after 0019's edit of the stored definition (SQLite).
+        applied = await Durably(db_url, migrate=False).migrate()
+        assert applied[:2] == ["0019_held.sql", "0020_parked_on.sql"]
+        raw.execute(f"UPDATE {raw.table} SET status = 'held', holds = holds + 1, "
+                    "parked_fence = 7 WHERE id = ?", run_id)  # fmt: skip
+        rows = raw.execute(
+            f"SELECT status, holds, parked_on, parked_fence FROM {raw.table} WHERE id = ?", run_id
+        )
+        assert [tuple(r) for r in rows] == [("held", 1, None, 7)]
         error = sqlite3.IntegrityError if raw.sqlite else psycopg.errors.CheckViolation
         with pytest.raises(error):
             raw.execute(f"UPDATE {raw.table} SET status = 'sleeping' WHERE id = ?", run_id)

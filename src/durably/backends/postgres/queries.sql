@@ -359,6 +359,7 @@ UPDATE {schema}.runs SET
     available_at = CASE WHEN wake_requested THEN now()
                         ELSE LEAST(CAST(:wake_at AS timestamptz), deadline_at) END,
     wake_at = :wake_at, waiting_for = :waiting_for, error = CAST(:error AS jsonb),
+    parked_on = CAST(:parked_on AS text[]), parked_fence = fence,
     wake_requested = false, worker_id = NULL, lease_expires_at = NULL, holds = 0,
     updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
@@ -482,6 +483,8 @@ WITH v AS (
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
         updated_at = now()
     FROM done WHERE p.id = done.parent_run_id AND (p.status IN ('waiting', 'running', 'pending')) IS TRUE
+      AND (p.status = 'waiting' AND p.parked_fence = p.fence AND done.id <> ALL(p.parked_on))
+          IS NOT TRUE  -- not parked by its claim on other children only: see 0020
     RETURNING p.id, p.wake_requested
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM parent LIMIT 1) AS x
@@ -564,6 +567,8 @@ WITH e AS (
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END,
         updated_at = now()
     FROM done WHERE p.id = done.parent_run_id AND (p.status IN ('waiting', 'running', 'pending')) IS TRUE
+      AND (p.status = 'waiting' AND p.parked_fence = p.fence AND done.id <> ALL(p.parked_on))
+          IS NOT TRUE  -- not parked by its claim on other children only: see 0020
       AND p.id NOT IN (SELECT run_id FROM e)
     RETURNING p.id, p.wake_requested
 ), notified AS (
@@ -648,6 +653,8 @@ WITH RECURSIVE tree AS (  -- read as in lock_tree
         available_at = CASE WHEN p.status = 'waiting' THEN now() ELSE p.available_at END
     FROM canceled
     WHERE p.id = canceled.parent_run_id AND (p.status IN ('waiting', 'running')) IS TRUE
+      AND (p.status = 'waiting' AND p.parked_fence = p.fence AND canceled.id <> ALL(p.parked_on))
+          IS NOT TRUE  -- as in finish_run
       AND p.id NOT IN (SELECT id FROM canceled)
     RETURNING p.id
 ), notified AS (

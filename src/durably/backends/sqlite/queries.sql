@@ -240,6 +240,7 @@ UPDATE {schema}_runs SET
                         ELSE min(coalesce(:wake_at, deadline_at), coalesce(deadline_at, :wake_at))
                    END,
     wake_at = :wake_at, waiting_for = :waiting_for, error = :error,
+    parked_on = :parked_on, parked_fence = fence,
     wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, holds = 0,
     updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
@@ -323,7 +324,11 @@ UPDATE {schema}_runs SET
     available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END,
     updated_at = now()
 WHERE status IN ('waiting', 'running', 'pending')
-  AND id = (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token);
+  AND id = (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token)
+  AND (status = 'waiting' AND parked_fence = fence AND parked_on IS NOT NULL  -- see 0020
+    AND NOT EXISTS (SELECT 1 FROM json_each({schema}_runs.parked_on) w
+                    JOIN {schema}_runs c ON c.id = w.value WHERE c.claim_token = :token)
+  ) IS NOT TRUE;
 UPDATE {schema}_runs SET
     status = :status, output = :output, error = coalesce(:error, error),
     available_at = NULL, worker_id = NULL, lease_expires_at = NULL, compensating = 0,
@@ -366,7 +371,11 @@ UPDATE {schema}_runs SET
     available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END,
     updated_at = now()
 WHERE status IN ('waiting', 'running', 'pending') AND claim_token IS NOT :token
-  AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token);
+  AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token)
+  AND (status = 'waiting' AND parked_fence = fence AND parked_on IS NOT NULL  -- see 0020
+    AND NOT EXISTS (SELECT 1 FROM json_each({schema}_runs.parked_on) w
+                    JOIN {schema}_runs c ON c.id = w.value WHERE c.claim_token = :token)
+  ) IS NOT TRUE;
 UPDATE {schema}_runs SET
     status = e.value ->> 'status', output = e.value ->> 'output',
     error = coalesce(e.value ->> 'error', error),
@@ -404,7 +413,11 @@ UPDATE {schema}_runs SET
     status = CASE WHEN status = 'waiting' THEN 'pending' ELSE status END,
     available_at = CASE WHEN status = 'waiting' THEN now() ELSE available_at END
 WHERE status IN ('waiting', 'running') AND claim_token IS NULL
-  AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token);
+  AND id IN (SELECT parent_run_id FROM {schema}_runs WHERE claim_token = :token)
+  AND (status = 'waiting' AND parked_fence = fence AND parked_on IS NOT NULL  -- see 0020
+    AND NOT EXISTS (SELECT 1 FROM json_each({schema}_runs.parked_on) w
+                    JOIN {schema}_runs c ON c.id = w.value WHERE c.claim_token = :token)
+  ) IS NOT TRUE;
 UPDATE {schema}_runs SET
     status = 'canceled', error = :error, updated_at = now(), claim_token = NULL,
     finished_at = CASE WHEN coalesce(lease_expires_at > now(), 0) OR EXISTS (
