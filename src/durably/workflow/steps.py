@@ -10,7 +10,7 @@ inside a step body fails it too. A child handle (`start_workflow`) may be left a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, overload
 
@@ -94,10 +94,13 @@ class StepApi:
     # A body may take a `StepContext` first (the engine passes it), and may be sync or
     # async; the overloads keep its positional parameters and its result type for the
     # caller. A TypeVarTuple, not a ParamSpec: PEP 612 allows no keyword-only options
-    # (`retry=`, `timeout=`) between `*args: P.args` and `**kwargs: P.kwargs`.
+    # (`retry=`, `timeout=`) between `*args: P.args` and `**kwargs: P.kwargs`. An async
+    # body matches the sync overload too (`R` its coroutine); the async ones take a
+    # `Coroutine` (not an `Awaitable`) so both see the body as the same type: else mypy
+    # answers `Any` for a body with an `Any` parameter (a connection typed `Any`).
     @overload
     def run(
-        self, name: str, fn: Callable[[StepContext, *Ts], Awaitable[R]],
+        self, name: str, fn: Callable[[StepContext, *Ts], Coroutine[Any, Any, R]],
         *args: *Ts, retry: RetryPolicy | None = None,
         compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
         **kwargs: Any,
@@ -113,7 +116,7 @@ class StepApi:
 
     @overload
     def run(
-        self, name: str, fn: Callable[[*Ts], Awaitable[R]],
+        self, name: str, fn: Callable[[*Ts], Coroutine[Any, Any, R]],
         *args: *Ts, retry: RetryPolicy | None = None,
         compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
         **kwargs: Any,
@@ -161,7 +164,7 @@ class StepApi:
 
     @overload
     def transaction(
-        self, name: str, fn: Callable[[Conn, *Ts], Awaitable[R]], *args: *Ts,
+        self, name: str, fn: Callable[[Conn, *Ts], Coroutine[Any, Any, R]], *args: *Ts,
         retry: RetryPolicy | None = None,
     ) -> StepCall[R]: ...  # fmt: skip
 

@@ -9,7 +9,7 @@ run concurrently and are waited for with `handle.result()`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, TypeVarTuple, overload
@@ -61,9 +61,10 @@ class SyncStepApi:
         self._steps = steps
         self._driver = driver
 
+    # As `StepApi`'s: a `Coroutine` for async bodies keeps a body with `Any` parameters typed.
     @overload
     def run(
-        self, name: str, fn: Callable[[StepContext, *Ts], Awaitable[R]],
+        self, name: str, fn: Callable[[StepContext, *Ts], Coroutine[Any, Any, R]],
         *args: *Ts, retry: RetryPolicy | None = None,
         compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
         **kwargs: Any,
@@ -79,7 +80,7 @@ class SyncStepApi:
 
     @overload
     def run(
-        self, name: str, fn: Callable[[*Ts], Awaitable[R]],
+        self, name: str, fn: Callable[[*Ts], Coroutine[Any, Any, R]],
         *args: *Ts, retry: RetryPolicy | None = None,
         compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
         **kwargs: Any,
@@ -109,7 +110,7 @@ class SyncStepApi:
 
     @overload
     def transaction(
-        self, name: str, fn: Callable[[Conn, *Ts], Awaitable[R]], *args: *Ts,
+        self, name: str, fn: Callable[[Conn, *Ts], Coroutine[Any, Any, R]], *args: *Ts,
         retry: RetryPolicy | None = None,
     ) -> R: ...  # fmt: skip
 
