@@ -506,7 +506,14 @@ class Execution(LiveWaits, Lifecycles):
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow
-        value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
+        try:
+            value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
+        except Exception as exc:  # InvalidInput, or a validator's own error
+            # The stored input no longer fits the code's model (a field added by a deploy):
+            # that is the run's failure, for good. The code never started, so replay must
+            # not report the steps it did not reach as a non-determinism.
+            self.poison(exc)
+            raise
         if wf.sync:
             return await self._call_sync_workflow(value)
         ctx = WorkflowContext(
