@@ -263,6 +263,13 @@ class Execution(LiveWaits, Lifecycles):
     def marker_pending(self, position: int) -> None:
         self.log.marker_pending(position)
 
+    def value_pending(self, cmd: Command, output_json: str) -> None:
+        self.history_bytes += len(output_json)
+        attempt = self.new_attempt(cmd.position, spend=False)  # a value is no attempt
+        self.log.value_pending(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, cmd.kind, "completed", output_json=output_json
+        ))  # fmt: skip
+
     async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None:
         if self.stop is not None and self.stop.status is not None:
             with contextlib.suppress(Exception):

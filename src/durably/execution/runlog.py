@@ -98,6 +98,7 @@ class RunLog:
         self._durable_waiter: asyncio.Future[None] | None = None
         self._outbox: dict[int, tuple[Command, Outcome]] = {}
         self._markers: set[int] = set()  # positions of patch markers not durable yet
+        self._values: dict[int, tuple[Command, PendingStep]] = {}  # noted, not sent yet
 
     def undelivered(self) -> bool:
         """Outcomes are yet to reach the workflow (known, or still to be known)."""
@@ -155,6 +156,46 @@ class RunLog:
     def marker_durable(self, position: int) -> None:
         self._markers.discard(position)
         self.wake_gated()
+
+    def value_pending(self, cmd: Command, step: PendingStep) -> None:
+        """The workflow received a new value (`ctx.now()`, ...) at `cmd`'s position: it is
+        to be recorded, and holds back what is issued after it, as a patch marker does."""
+        self._values[cmd.position] = (cmd, step)
+        self.marker_pending(cmd.position)
+
+    async def send_values(self) -> None:
+        """Record the values noted so far as the next entries of the log, in one batch.
+
+        They go in position order, each once the results its code had received are
+        durable (its gate), so none is durable without those before it: a value recorded
+        past one that was lost would replay next to a fresh one the code may branch on
+        differently. Those of one pass of the workflow share a gate: one statement for all.
+        A value already sent by an earlier one's call is durable by now (its marker held
+        this call back until the batch was)."""
+        batch: list[tuple[Command, PendingStep]] = []
+        for position in sorted(self._values):
+            cmd, step = self._values[position]
+            if self._in_flight and min(self._in_flight) <= cmd.gate:
+                break  # results it may depend on are not durable yet: it goes later
+            del self._values[position]
+            step.seq = self.reserve()
+            self.publish(step.seq, cmd, cmd.future.result(), record=step)
+            cmd.recording = True
+            batch.append((cmd, step))
+        if not batch:
+            return
+        try:
+            statuses = await self._recorder.record_all(self._lease, [step for _, step in batch])
+        finally:
+            for cmd, _ in batch:
+                cmd.recording = False
+                self._markers.discard(cmd.position)
+            self.wake_gated()
+        for cmd, step in batch:
+            assert step.seq is not None
+            self._durable(step.seq, cmd)
+        if "canceled" in statuses:  # its NOTIFY did not reach us
+            self._reader.halt(Stop("canceled", "canceled"))
 
     async def durable_through(self, seq: int, position: int | None = None) -> None:
         """Wait until every result up to `seq` is durable (and, for a command at

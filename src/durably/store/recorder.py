@@ -49,6 +49,22 @@ class StepRecorder:
         self._kick()
         return await future
 
+    async def record_all(self, lease: Lease, steps: list[PendingStep]) -> list[str]:
+        """`record` for several steps of one run, sent in the same batch (one statement):
+        none of them is durable without those before it (a batch the database refuses
+        for another run's data is written again one record at a time, in order)."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[str]] = []
+        for step in steps:
+            futures.append(loop.create_future())
+            self._queue.append((lease, step, futures[-1]))
+        self._kick()
+        outcomes = await asyncio.gather(*futures, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return [str(outcome) for outcome in outcomes]
+
     async def finish(self, end: RunEnd) -> bool:
         """End the run with its records; False if the end was refused (the caller asks
         the store why: `Store.end_refused`).

@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core.codec import canonical, encode, validate
@@ -135,6 +135,12 @@ class _Replayer:
 
     def marker_pending(self, position: int) -> None:
         """Nothing is recorded here: a new patch marker holds nothing back."""
+
+    def value_pending(self, cmd: Command, output_json: str) -> None:
+        """Nor a new value (`ctx.now()`, ...): the code has it, as it would live."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
 
     def poison(self, error: BaseException) -> None:
         """The code did what cannot be replayed (the engine's `Execution.poison`)."""

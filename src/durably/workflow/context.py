@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
+from . import values
 from .patching import deprecate_patch, patched
 from .steps import StepApi
 
@@ -34,6 +36,8 @@ class WorkflowContext:
         attempt: the workflow attempt (1 until a workflow-level retry).
         step: the durable step API (`run`, `sleep`, `wait_for_signal`, `transaction`,
             `run_workflow`, `start_workflow`, `send_signal`).
+
+    `now()`, `random()` and `uuid4()` read the time and randomness replayably.
         input: the run's input, as the workflow's annotation types it.
         created_at: when the run was started (`start()`).
         started_at: when a worker first claimed it.
@@ -64,6 +68,24 @@ class WorkflowContext:
             ```
         """
         return patched(self.step, patch_id)
+
+    def now(self) -> datetime:
+        """The current time (aware, UTC), recorded: a replay returns what the first
+        execution read. Use it instead of `datetime.now()` in workflow code.
+
+        Like `random()` and `uuid4()`, it takes the workflow's next position, as a step
+        does (kind "value"), and costs no wait: the value is recorded behind the code,
+        durable before anything the code does next can be seen outside.
+        """
+        return values.now(self.step)
+
+    def random(self) -> float:
+        """A random float in [0.0, 1.0), recorded and replayed (see `now`)."""
+        return values.random(self.step)
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID (version 4), recorded and replayed (see `now`)."""
+        return values.uuid4(self.step)
 
     def deprecate_patch(self, patch_id: str) -> Awaitable[None]:
         """Once no run takes the old path of `patch_id`: keep only the new code, call this

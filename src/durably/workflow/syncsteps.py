@@ -9,6 +9,7 @@ run concurrently and are waited for with `handle.result()`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, TypeVarTuple,
 from ..core.durations import Duration
 from ..core.errors import WorkflowMisuseError
 from ..core.retry import RetryPolicy
+from . import values
 from .patching import deprecate_patch, patched
 from .stepcontext import StepContext
 from .steps import ChildHandle, StepApi, Until
@@ -264,6 +266,26 @@ class SyncWorkflowContext:
         steps = self.step._steps
         taken: bool = self.step._call(lambda: patched(steps, patch_id), "ctx.patched")
         return taken
+
+    def now(self) -> datetime:
+        """The current time (aware, UTC), recorded and replayed (see `WorkflowContext.now`)."""
+        return self._value(values.now, "ctx.now")
+
+    def random(self) -> float:
+        """A random float in [0.0, 1.0), recorded and replayed."""
+        return self._value(values.random, "ctx.random")
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID (version 4), recorded and replayed."""
+        return self._value(values.uuid4, "ctx.uuid4")
+
+    def _value(self, read: Callable[[StepApi], R], what: str) -> R:
+        steps = self.step._steps
+
+        async def on_the_loop() -> R:  # values are read where steps are issued
+            return read(steps)
+
+        return self.step._call(on_the_loop, what)
 
     def deprecate_patch(self, patch_id: str) -> None:
         """The cleanup of patch `patch_id` (see `WorkflowContext.deprecate_patch`)."""
