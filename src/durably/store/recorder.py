@@ -44,26 +44,21 @@ class StepRecorder:
         Even an idle recorder sends it on the loop's next turn, not at once: the workflow
         receives the result first, and if that was its last step, the run's end takes the
         record with it (see `finish`): one commit instead of two."""
+        return await self.send(lease, step)
+
+    def send(self, lease: Lease, step: PendingStep) -> asyncio.Future[str]:
+        """`record` without waiting: the future of its outcome."""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._queue.append((lease, step, future))
         self._kick()
-        return await future
+        return future
 
-    async def record_all(self, lease: Lease, steps: list[PendingStep]) -> list[str]:
-        """`record` for several steps of one run, sent in the same batch (one statement):
-        none of them is durable without those before it (a batch the database refuses
-        for another run's data is written again one record at a time, in order)."""
-        loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[str]] = []
-        for step in steps:
-            futures.append(loop.create_future())
-            self._queue.append((lease, step, futures[-1]))
-        self._kick()
-        outcomes = await asyncio.gather(*futures, return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return [str(outcome) for outcome in outcomes]
+    def waiting(self, steps: list[PendingStep]) -> bool:
+        """Every one of `steps` still waits here for its batch: a record sent now goes in
+        the same statement (or a run's end takes them all, see `finish`), so it is durable
+        with them (a batch refused for its data is written one record at a time, in order)."""
+        queued = {id(step) for _, step, _ in self._queue}
+        return all(id(step) in queued for step in steps)
 
     async def finish(self, end: RunEnd) -> bool:
         """End the run with its records; False if the end was refused (the caller asks

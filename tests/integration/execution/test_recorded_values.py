@@ -241,5 +241,54 @@ async def test_time_read_outside_ctx_now_is_named_as_the_usual_cause(db_url: str
     assert "ctx.now(), ctx.random(), ctx.uuid4()" in error["message"], error
 
 
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_values_ride_with_the_records_of_the_pass_that_read_them(
+    db_url: str, sync: bool
+) -> None:
+    """Values read right after a step's result arrived go in that result's statement: no
+    round trip of their own before the next step starts (they cannot go later than it, nor
+    in a statement of their own beside it, which might commit first)."""
+    app = Durably(db_url)
+    statements: list[list[str]] = []
+    original = app.store.record_many
+
+    async def record_many(worker_id: str, batch: list[Any]) -> Any:
+        statements.append([step.name for _, step in batch])
+        return await original(worker_id, batch)
+
+    app.store.record_many = record_many  # type: ignore[method-assign]
+
+    def echo(value: str) -> str:
+        return value
+
+    @app.workflow(name="ride", version="v1")
+    async def ride(ctx: WorkflowContext) -> str:
+        await ctx.step.run("a", echo, "a")
+        token = f"{ctx.now().isoformat()} {ctx.uuid4()}"
+        await ctx.step.run("b", echo, token)
+        await ctx.step.sleep("nap", "1ms")
+        return token
+
+    @app.workflow(name="ride-sync", version="v1")
+    def ride_sync(ctx: SyncWorkflowContext) -> str:
+        ctx.step.run("a", echo, "a")
+        token = f"{ctx.now().isoformat()} {ctx.uuid4()}"
+        ctx.step.run("b", echo, token)
+        ctx.step.sleep("nap", "1ms")
+        return token
+
+    async with app, app.worker():
+        handle = await (ride_sync if sync else ride).start()
+        token = await handle.result(timeout=scaled(20))
+    steps = await _steps(app, handle.run_id)
+    assert steps["b"] == token and token.split()[1] == steps["uuid4"]
+    assert ["a", "now", "uuid4"] in statements, statements
+    assert not [s for s in statements if "now" in s and s != ["a", "now", "uuid4"]], statements
+
+
+async def _steps(app: Durably, run_id: str) -> dict[str, Any]:
+    return {s.step: s.output for s in await app.list_steps(run_id) if s.status == "completed"}
+
+
 async def _status(app: Durably, run_id: str, status: str) -> bool:
     return (await app.get_run(run_id)).status == status
