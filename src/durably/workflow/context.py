@@ -36,13 +36,12 @@ class WorkflowContext:
         attempt: the workflow attempt (1 until a workflow-level retry).
         step: the durable step API (`run`, `sleep`, `wait_for_signal`, `transaction`,
             `run_workflow`, `start_workflow`, `send_signal`).
-
-    `now()`, `random()` and `uuid4()` read the time and randomness replayably.
         input: the run's input, as the workflow's annotation types it.
         created_at: when the run was started (`start()`).
         started_at: when a worker first claimed it.
 
-    All of it is read-only, and the same on every replay of the run.
+    All of it is read-only, and the same on every replay of the run. Read the time and
+    randomness with `now()`, `random()` and `uuid4()`, which replay what they read first.
     """
 
     run_id: str
@@ -70,21 +69,46 @@ class WorkflowContext:
         return patched(self.step, patch_id)
 
     def now(self) -> datetime:
-        """The current time (aware, UTC), recorded: a replay returns what the first
-        execution read. Use it instead of `datetime.now()` in workflow code.
+        """The current time, recorded: a replay returns what the first execution read.
 
-        Like `random()` and `uuid4()`, it takes the workflow's next position, as a step
-        does (kind "value"), and costs no wait: the value is recorded behind the code,
-        durable before anything the code does next can be seen outside.
+        Use it instead of `datetime.now()` in workflow code, which reads another time on
+        replay. Like `random()` and `uuid4()`, it takes the workflow's next position, as a
+        step does (kind "value", name "now"), and returns at once: the value is recorded
+        behind the code, durable before anything issued after it starts (a step, a
+        signal, the run's end), in the statement that records the results it followed.
+
+        Returns:
+            An aware `datetime` in UTC: the database's clock, as the worker estimates it
+            (the skipped clock under `durably.testing`).
+
+        Example:
+            ```python
+            due = ctx.now() + timedelta(days=3)
+            await ctx.step.run("notify", notify, order, due.isoformat())
+            ```
         """
         return values.now(self.step)
 
     def random(self) -> float:
-        """A random float in [0.0, 1.0), recorded and replayed (see `now`)."""
+        """A random number, recorded and replayed as `now()` is (name "random").
+
+        Returns:
+            A float in [0.0, 1.0), from the operating system's randomness.
+        """
         return values.random(self.step)
 
     def uuid4(self) -> uuid.UUID:
-        """A random UUID (version 4), recorded and replayed (see `now`)."""
+        """A random UUID, recorded and replayed as `now()` is (name "uuid4").
+
+        Returns:
+            A version 4 `uuid.UUID`.
+
+        Example:
+            ```python
+            key = str(ctx.uuid4())  # the same key each time the step runs
+            await ctx.step.run("charge", charge, order, key)
+            ```
+        """
         return values.uuid4(self.step)
 
     def deprecate_patch(self, patch_id: str) -> Awaitable[None]:

@@ -268,15 +268,16 @@ class SyncWorkflowContext:
         return taken
 
     def now(self) -> datetime:
-        """The current time (aware, UTC), recorded and replayed (see `WorkflowContext.now`)."""
+        """The current time, aware, in UTC, recorded and replayed: see
+        `WorkflowContext.now`."""
         return self._value(values.now, "ctx.now")
 
     def random(self) -> float:
-        """A random float in [0.0, 1.0), recorded and replayed."""
+        """A random float in [0.0, 1.0), recorded and replayed: see `WorkflowContext.random`."""
         return self._value(values.random, "ctx.random")
 
     def uuid4(self) -> uuid.UUID:
-        """A random UUID (version 4), recorded and replayed."""
+        """A random UUID (version 4), recorded and replayed: see `WorkflowContext.uuid4`."""
         return self._value(values.uuid4, "ctx.uuid4")
 
     def _value(self, read: Callable[[StepApi], R], what: str) -> R:

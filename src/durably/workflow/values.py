@@ -8,8 +8,8 @@ it reads: "now", "random", "uuid4"), and returns at once, without awaiting anyth
   (`Runtime.value_pending`). The code may compute with it at once; nothing it does next can
   be seen outside before the value is durable: a step issued after it starts only once it
   is (a patch marker's rule), the run parks only then, and the run's end writes it with
-  the end. Values read in one pass of the workflow go to the database in one statement,
-  so reading several costs what reading one does.
+  the end. The values a pass reads go in the statement of the records it followed, while
+  those wait for theirs (`RunLog.send_values`): reading values costs no round trip.
 """
 
 from __future__ import annotations

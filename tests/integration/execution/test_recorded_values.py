@@ -238,6 +238,7 @@ async def test_time_read_outside_ctx_now_is_named_as_the_usual_cause(db_url: str
     assert error.get("type") == "NonDeterminismError", run
     assert "history has value step 'now'" in error["message"], error
     assert "function step 'late'" in error["message"], error
+    assert "The usual cause is time, randomness or I/O in workflow code" in error["message"]
     assert "ctx.now(), ctx.random(), ctx.uuid4()" in error["message"], error
 
 
