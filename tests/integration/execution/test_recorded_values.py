@@ -257,7 +257,7 @@ async def test_values_ride_with_the_records_of_the_pass_that_read_them(
         statements.append([step.name for _, step in batch])
         return await original(worker_id, batch)
 
-    app.store.record_many = record_many  # type: ignore[method-assign]
+    app.store.record_many = record_many  # type: ignore[method-assign,assignment]
 
     def echo(value: str) -> str:
         return value
