@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends import Row
 from ..core import telemetry as _telemetry
 from ..core.clock import Clock
-from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode, validate
+from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode
 from ..core.errors import (
     BaseFailure,
     DatabaseUnavailable,
@@ -46,7 +46,7 @@ from ..store.history import History
 from ..store.recorder import StepRecorder
 from ..store.records import Lease, PendingStep, RunEnd
 from ..store.store import Store
-from ..workflow.commands import Command, error_for, never_awaited
+from ..workflow.commands import Command, error_for, never_awaited, recorded_value, typed
 from ..workflow.context import WorkflowContext
 from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
@@ -247,7 +247,7 @@ class Execution(LiveWaits, Lifecycles):
                 cmd.future.set_exception(outcome.error)
             else:
                 try:
-                    value = _typed(cmd, outcome.value)
+                    value = typed(cmd, outcome.value)
                 except Exception as exc:  # InvalidInput, or a validator's own error
                     cmd.future.set_exception(exc)
                 except BaseException as exc:  # a validator is user code (SPEC §4.20)
@@ -376,7 +376,7 @@ class Execution(LiveWaits, Lifecycles):
                     rec.position, rec.describe(), "no step there (the code did not reach it)"
                 ))  # fmt: skip
                 return
-            value = None if rec.kind == "sleep" else rec.output
+            value = recorded_value(rec)
             if rec.completed:
                 if cmd.compensate is not None:
                     cmd.value = value
@@ -548,12 +548,6 @@ class Execution(LiveWaits, Lifecycles):
         driver.args = (ctx, value) if wf.takes_input else (ctx,)
         self._sync = driver
         return await driver.main()
-
-
-def _typed(cmd: Command, value: Any) -> Any:
-    if cmd.result_type is Any:
-        return value
-    return validate(cmd.result_type, value, "a step result")
 
 
 def _cancelled_issuer(cmd: Command) -> bool:

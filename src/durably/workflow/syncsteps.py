@@ -9,6 +9,7 @@ run concurrently and are waited for with `handle.result()`.
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
+T = TypeVar("T")
+D = TypeVar("D")
 Conn = TypeVar("Conn")
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -137,12 +140,42 @@ class SyncStepApi:
         """Sleep durably: the run parks and no worker is held until `duration` has passed."""
         self._call(lambda: self._steps.sleep(name, duration), "ctx.step.sleep")
 
+    # As `StepApi.wait_for_signal`'s.
+    @overload
     def wait_for_signal(
-        self, signal: str, *, timeout: Duration | None = None, name: str | None = None
-    ) -> Any:
-        """Wait durably for signal `signal`; its data, or None once `timeout` has passed."""
+        self, signal: str, *, type: builtins.type[T], timeout: None = None,
+        name: str | None = None,
+    ) -> T: ...  # fmt: skip
+
+    @overload
+    def wait_for_signal(
+        self, signal: str, *, type: builtins.type[T], timeout: Duration,
+        name: str | None = None,
+    ) -> T | None: ...  # fmt: skip
+
+    @overload
+    def wait_for_signal(
+        self, signal: str, *, type: builtins.type[T], timeout: Duration, default: D,
+        name: str | None = None,
+    ) -> T | D: ...  # fmt: skip
+
+    @overload
+    def wait_for_signal(
+        self, signal: str, *, type: Any = Any, timeout: Duration | None = None,
+        default: Any = None, name: str | None = None,
+    ) -> Any: ...  # fmt: skip
+
+    def wait_for_signal(
+        self, signal: str, *, type: Any = Any, timeout: Duration | None = None,
+        default: Any = None, name: str | None = None,
+    ) -> Any:  # fmt: skip
+        """Wait durably for signal `signal`; its data, validated into `type`, or `default`
+        once `timeout` has passed (see `StepApi.wait_for_signal`)."""
+        steps: Any = self._steps  # the types were checked by this method's overloads
         return self._call(
-            lambda: self._steps.wait_for_signal(signal, timeout=timeout, name=name),
+            lambda: steps.wait_for_signal(
+                signal, type=type, timeout=timeout, default=default, name=name
+            ),
             "ctx.step.wait_for_signal",
         )
 

@@ -281,7 +281,7 @@ async def test_values_ride_with_the_records_of_the_pass_that_read_them(
     async with app, app.worker():
         handle = await (ride_sync if sync else ride).start()
         token = await handle.result(timeout=scaled(20))
-    steps = await _steps(app, handle.run_id)
+        steps = await _steps(app, handle.run_id)
     assert steps["b"] == token and token.split()[1] == steps["uuid4"]
     assert ["a", "now", "uuid4"] in statements, statements
     assert not [s for s in statements if "now" in s and s != ["a", "now", "uuid4"]], statements
