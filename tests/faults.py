@@ -1,5 +1,6 @@
 """Network faults between database clients and PostgreSQL: a TCP proxy that can delay,
-freeze, cut, refuse, and cut a connection right after its client sends COMMIT.
+freeze, cut, refuse, cut a connection right after its client sends COMMIT, and hold the
+replies of the one connection a given answer went to.
 
 The proxy listens on a free port of 127.0.0.1 and runs one selector loop in a thread of its
 own, so it serves in-process async tests and worker subprocesses alike. A control call takes
@@ -108,12 +109,63 @@ class _Flow:
             self.queued += len(data)
 
 
+class _Backend:
+    """Frames the server-to-client stream to read the notifications (NotificationResponse,
+    type A: process id, channel, payload) it carries."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.left = 0
+        self.body = bytearray()
+
+    def feed(self, data: bytes) -> list[str]:
+        """The payloads of the notifications completed by `data`."""
+        payloads, i = [], 0
+        while i < len(data):
+            if len(self.head) < 5:
+                take = min(5 - len(self.head), len(data) - i)
+                self.head += data[i : i + take]
+                i += take
+                if len(self.head) < 5:
+                    break
+                self.left = max(int.from_bytes(self.head[1:5]) - 4, 0)
+                self.body.clear()
+            take = min(self.left, len(data) - i)
+            if self.head[:1] == b"A":
+                self.body += data[i : i + take]
+            self.left, i = self.left - take, i + take
+            if not self.left:
+                if self.head[:1] == b"A":
+                    _, payload, _ = bytes(self.body[4:]).split(b"\0", 2)
+                    payloads.append(payload.decode())
+                self.head.clear()
+        return payloads
+
+
 class _Pair:
     def __init__(self, client: socket.socket, server: socket.socket) -> None:
         self.client, self.server = client, server
         self.up, self.down = _Flow(client, server), _Flow(server, client)
         self.frontend = _Frontend()
+        self.backend = _Backend()
         self.client_cut = False  # after a COMMIT: the client is gone, the server drained
+        self.held = False  # its replies are held (see `FaultProxy.hold_replies`)
+        self.tail = b""  # the last bytes the server sent, for a match across two chunks
+
+
+def _unread(server_port: int, client_port: int) -> int:
+    """Bytes in the receive queue of this machine's TCP socket from `client_port` to
+    `server_port` (on 127.0.0.1): received and not read yet by the program."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                local, remote, queues = fields[1], fields[2], fields[4]
+                if (int(local.rsplit(":", 1)[1], 16), int(remote.rsplit(":", 1)[1], 16)) == (
+                    client_port, server_port,
+                ):  # fmt: skip
+                    return int(queues.split(":")[1], 16)
+    return 0
 
 
 def _reset(sock: socket.socket) -> None:
@@ -130,7 +182,8 @@ class FaultProxy:
         target_host: where PostgreSQL listens.
         target_port: its port.
 
-    Counters: `connections` (proxied so far), `active` (open now), `refused`, `commits_cut`.
+    Counters: `connections` (proxied so far), `active` (open now), `refused`, `commits_cut`;
+    `notifications`: the payloads of the notifications the server sent its clients.
     """
 
     def __init__(self, target_host: str, target_port: int) -> None:
@@ -138,6 +191,8 @@ class FaultProxy:
         self.port = 0
         self.connections = self.refused = self.commits_cut = 0
         self._delay, self._frozen, self._refusing, self._armed = 0.0, False, False, 0
+        self._hold: bytes | None = None  # see `hold_replies`
+        self.notifications: list[str] = []
         self._pairs: set[_Pair] = set()
         self._selector = selectors.DefaultSelector()
         self._listener = socket.socket()
@@ -221,6 +276,43 @@ class FaultProxy:
         """While `refusing`, reset each new connection as soon as it is accepted."""
         self._call(lambda: setattr(self, "_refusing", refusing))
 
+    def hold_replies(self, pattern: bytes) -> None:
+        """Hold what the server sends on the next connection whose server sends `pattern`
+        (that answer included), from then on until `release`: its statements still reach
+        the server and run, and their client hears nothing. The other connections go on."""
+        self._call(lambda: setattr(self, "_hold", pattern))
+
+    def release(self) -> None:
+        """Forward what was held, and hold nothing more."""
+
+        def release() -> None:
+            self._hold = None
+            for pair in self._pairs:
+                pair.held = False
+
+        self._call(release)
+
+    @property
+    def holding(self) -> bool:
+        """Some connection's replies are held."""
+        return any(pair.held for pair in list(self._pairs))
+
+    def delivered(self) -> bool:
+        """Every byte for the clients of connections not held has been read by them: sent
+        on, and no longer in their sockets' receive queues (this machine's /proc/net/tcp)."""
+        result: list[bool] = []
+
+        def check() -> None:
+            pairs = [p for p in self._pairs if not p.held and not p.client_cut]
+            if any(p.down.chunks for p in pairs):
+                result.append(False)
+                return
+            peers = {p.client.getpeername()[1] for p in pairs if p.client.fileno() >= 0}
+            result.append(not any(_unread(self.port, peer) for peer in peers))
+
+        self._call(check)
+        return result[0]
+
     def _call(self, fn: Callable[[], object]) -> None:
         if self._error is not None or not self._thread.is_alive():
             fn()  # not started, stopped, or failed (which `stop` reports)
@@ -263,6 +355,8 @@ class FaultProxy:
             for flow in [] if self._frozen else (pair.up, pair.down):
                 if not flow.eof and flow.queued < _MAX_QUEUED:
                     masks[flow.src] |= selectors.EVENT_READ
+                if flow is pair.down and pair.held:
+                    continue
                 if flow.chunks and flow.chunks[0][0] <= now:
                     masks[flow.dst] |= selectors.EVENT_WRITE
             wanted.update((s, (m, pair)) for s, m in masks.items() if s.fileno() >= 0)
@@ -278,7 +372,8 @@ class FaultProxy:
     def _timeout(self) -> float | None:
         """Until the next chunk falls due (chunks already due wait for a writable socket)."""
         now = time.monotonic()
-        heads = [f.chunks[0][0] for p in self._pairs for f in (p.up, p.down) if f.chunks]
+        heads = [f.chunks[0][0] for p in self._pairs for f in (p.up, p.down)
+                 if f.chunks and not (f is p.down and p.held)]  # fmt: skip
         later = [due - now for due in heads if due > now]
         return None if self._frozen or not later else min(later)
 
@@ -321,6 +416,10 @@ class FaultProxy:
         if not data:
             flow.eof = True
         elif flow is pair.down:
+            self.notifications += pair.backend.feed(data)
+            if self._hold is not None and self._hold in pair.tail + data:
+                pair.held, self._hold = True, None
+            pair.tail = (pair.tail + data)[-len(self._hold) :] if self._hold else b""
             flow.push(due, b"" if pair.client_cut else data)  # cut: nobody hears the answer
         else:
             data, reply, commit = pair.frontend.feed(data)
@@ -333,6 +432,8 @@ class FaultProxy:
     def _pump(self, pair: _Pair) -> None:
         """Send what is due, pass end of input on, and close the pair once both ends did."""
         for flow in (pair.up, pair.down):
+            if flow is pair.down and pair.held:
+                continue
             try:
                 while flow.chunks and flow.chunks[0][0] <= time.monotonic():
                     due, data, cut_client = flow.chunks[0]

@@ -47,6 +47,7 @@ class Outcome(BaseModel):
     order_id: str
     status: Literal["shipped", "rejected", "expired"]
     shipped: list[str] = []
+    undone: list[str] = []  # the steps a rejection or an expiry undid, newest first
 
 
 def reserve_stock(order: Order) -> str:
@@ -56,20 +57,25 @@ def reserve_stock(order: Order) -> str:
     return order.id
 
 
-def release_stock(order: Order) -> None:
+def release_stock(order_id: str) -> None:  # an undo gets its step's result
     with contextlib.closing(shop.connect(app.url)) as conn:
-        shop.execute(conn, "DELETE FROM stock_holds WHERE order_id = ?", (order.id,))
+        shop.execute(conn, "DELETE FROM stock_holds WHERE order_id = ?", (order_id,))
 
 
-async def charge(conn: Any, order: Order) -> int:
+class Payment(BaseModel):
+    order_id: str
+    amount: int
+
+
+async def charge(conn: Any, order: Order) -> Payment:
     await shop.execute_async(conn, "INSERT INTO payments VALUES (?, 'charge', ?)",
                              (order.id, order.amount))  # fmt: skip
-    return order.amount
+    return Payment(order_id=order.id, amount=order.amount)
 
 
-async def refund(conn: Any, order: Order) -> None:
+async def refund(conn: Any, payment: Payment) -> None:  # undo(conn, result), typed as it
     await shop.execute_async(conn, "INSERT INTO payments VALUES (?, 'refund', ?)",
-                             (order.id, -order.amount))  # fmt: skip
+                             (payment.order_id, -payment.amount))  # fmt: skip
 
 
 def ship(order_id: str, item: Item) -> str:
@@ -107,11 +113,11 @@ async def place_order(ctx: WorkflowContext, order: Order) -> Outcome:
     approval = await ctx.step.wait_for_signal(f"approval:{order.id}", type=Approval,
                                               timeout="2 days")  # fmt: skip
     if approval is None or not approval.approved:
-        await ctx.step.compensate()  # refund, then release the stock: newest first
+        undone = await ctx.step.compensate()  # refund, then release the stock: newest first
         status: Literal["rejected", "expired"] = "expired" if approval is None else "rejected"
         await ctx.step.run("notify", notify, order.id, status,
                            retry=RetryPolicy(max_attempts=3, initial_interval="1s"))  # fmt: skip
-        return Outcome(order_id=order.id, status=status)
+        return Outcome(order_id=order.id, status=status, undone=undone)
     shipments = [
         ctx.step.start_workflow(ship_item, Shipping(order_id=order.id, item=item))
         for item in order.items

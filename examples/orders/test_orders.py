@@ -37,7 +37,9 @@ async def test_an_approved_order_ships_every_item(env: Environment) -> None:
 async def test_a_rejected_order_is_refunded_and_its_stock_released(env: Environment) -> None:
     handle = await orders.place(order())
     await env.app.send_signal("approval:o-1", {"approved": False, "by": "ana"})
-    assert (await handle.result()).status == "rejected"
+    outcome = await handle.result()
+    assert outcome.status == "rejected"
+    assert outcome.undone == ["charge-payment", "reserve-stock"]
     assert payments(env) == [("o-1", "charge", 4200), ("o-1", "refund", -4200)]
     assert shop.rows(env.app.url, "stock_holds") == []
     assert shop.rows(env.app.url, "shipments") == []
@@ -45,9 +47,12 @@ async def test_a_rejected_order_is_refunded_and_its_stock_released(env: Environm
 
 async def test_an_order_nobody_approves_expires_after_two_days(env: Environment) -> None:
     handle = await orders.place(order())
-    assert (await handle.result()).status == "expired"  # two days skipped
+    outcome = await handle.result()
+    assert outcome.status == "expired"  # two days skipped
+    assert outcome.undone == ["charge-payment", "reserve-stock"]
     assert env.now() - (await handle.get()).created_at >= timedelta(days=2)
     assert payments(env) == [("o-1", "charge", 4200), ("o-1", "refund", -4200)]
+    assert shop.rows(env.app.url, "stock_holds") == []
 
 
 async def test_a_canceled_order_is_undone_once(env: Environment) -> None:

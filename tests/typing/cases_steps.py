@@ -45,6 +45,18 @@ def undo(value: int) -> None:
     pass
 
 
+def unregister(conn: sqlite3.Connection, registered: int) -> None:
+    conn.execute("DELETE FROM t WHERE id = ?", (registered,))
+
+
+def unregister_by_name(conn: sqlite3.Connection, registered: str) -> None:
+    pass
+
+
+async def unregister_async(conn: psycopg.AsyncConnection[Any], registered: str) -> None:
+    pass
+
+
 @app.workflow(name="steps", version="v1")
 async def steps(ctx: WorkflowContext, order_id: str) -> None:
     assert_type(await ctx.step.run("add", add, 1), int)
@@ -55,6 +67,13 @@ async def steps(ctx: WorkflowContext, order_id: str) -> None:
     assert_type(await ctx.step.transaction("reg", register, order_id), int)
     # psycopg's connection type holds `Any`: the result keeps its type (cases_any_params).
     assert_type(await ctx.step.transaction("reg2", register_async, order_id), str)
+    # A transaction's undo takes the body's connection type and its result.
+    assert_type(await ctx.step.transaction("reg3", register, order_id, compensate=unregister), int)
+    assert_type(
+        await ctx.step.transaction("reg4", register_async, order_id,
+                                   compensate=unregister_async), str
+    )  # fmt: skip
+    assert_type(await ctx.step.compensate(), list[str])
     assert_type(await ctx.step.sleep("nap", "7 days"), None)
     assert_type(await ctx.step.wait_for_signal("go", timeout="1h"), Any)
     assert_type(ctx.run_id, str)
@@ -66,4 +85,6 @@ async def steps(ctx: WorkflowContext, order_id: str) -> None:
     await ctx.step.run("copy", copy, "a")  # type: ignore[arg-type]
     await ctx.step.run("add", add, 1, retry="3")  # type: ignore[call-overload]
     await ctx.step.transaction("reg", register, 5)  # type: ignore[arg-type]
+    await ctx.step.transaction("reg", register, order_id, compensate=unregister_by_name)  # type: ignore[arg-type]
+    await ctx.step.transaction("reg", register, order_id, compensate=undo)  # type: ignore[arg-type]
     _ = (await ctx.step.run("add", add, 1)).upper()  # type: ignore[attr-defined]

@@ -48,6 +48,14 @@ def register(conn: sqlite3.Connection, order_id: str) -> int:
     return len(order_id)
 
 
+def unregister(conn: sqlite3.Connection, registered: int) -> None:
+    pass
+
+
+def unregister_by_name(conn: sqlite3.Connection, registered: str) -> None:
+    pass
+
+
 @app.workflow(name="leaf", version="v1")
 def leaf(ctx: SyncWorkflowContext, n: int) -> str:
     return str(n)
@@ -59,6 +67,8 @@ def ship(ctx: SyncWorkflowContext, order: Order) -> Done:
     assert_type(ctx.step.run("fetch", fetch, "https://x", timeout="5s"), bytes)
     assert_type(ctx.step.run("copy", copy, "a", "b"), str)
     assert_type(ctx.step.transaction("reg", register, order.id), int)
+    assert_type(ctx.step.transaction("reg2", register, order.id, compensate=unregister), int)
+    assert_type(ctx.step.compensate(), list[str])
     assert_type(ctx.step.sleep("nap", "7 days"), None)
     assert_type(ctx.step.wait_for_signal("go", timeout="1h"), Any)
     assert_type(ctx.step.send_signal("topic", {"ok": True}), dict[str, Any])
@@ -71,6 +81,7 @@ def ship(ctx: SyncWorkflowContext, order: Order) -> Done:
 
     ctx.step.run("add", add, "1")  # type: ignore[arg-type]
     ctx.step.run("fetch", fetch, 42)  # type: ignore[arg-type]
+    ctx.step.transaction("reg", register, order.id, compensate=unregister_by_name)  # type: ignore[arg-type]
     ctx.step.run_workflow(leaf, "3")  # type: ignore[misc]  # In: int or str?
     ctx.step.run_workflow(leaf)  # type: ignore[arg-type]
     _ = ctx.step.run("add", add, 1).upper()  # type: ignore[attr-defined]

@@ -7,19 +7,19 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
 
 from ..backends import connect
 from ..core import telemetry as _telemetry
 from ..core.clock import Clock
 from ..core.codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
-from ..core.durations import Duration, parse_duration
-from ..core.errors import ConfigurationError, WorkflowNotFound
+from ..core.durations import Duration, parse_duration, parse_instant
+from ..core.errors import ConfigurationError, InvalidInput, WorkflowNotFound
 from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
 from ..store.endwatch import EndWatch
 from ..store.models import Run, StepAttempt
-from ..store.records import NewRun
+from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, NewRun
 from ..store.sends import check_signal_name
 from ..store.store import Store
 from ..workflow.definition import WorkflowFn
@@ -200,6 +200,10 @@ class App(OperatingApi):
                 self, fn, name or fn.__name__, version, retry or WORKFLOW_DEFAULT,
                 queue=q, schedule=plan,
             )  # fmt: skip
+            if wf.version == NEWEST:
+                raise ConfigurationError(
+                    f"workflow {wf.name!r} needs a version (a non-empty string, e.g. 'v1')"
+                )
             if plan is not None and wf.takes_input:
                 wf.parse_input({"scheduled_at": "2026-01-01T00:00:00+00:00"})
             if (wf.name, wf.version) in self.workflows:
@@ -304,13 +308,56 @@ class App(OperatingApi):
         concurrency_key: str | None = None,
         priority: int = 0,
     ) -> RunHandle[Any]:
-        """Start workflow `workflow` by name (see `Workflow.start`)."""
+        """Start workflow `workflow` by name (see `Workflow.start`).
+
+        An app that registers workflows starts one of them, validating the input (the
+        newest registered version when `version` is None; `WorkflowNotFound` for a name
+        or version it does not register). An app that registers none (a thin client,
+        `Durably(url)` alone) starts the run without the code: the input is stored as
+        given, and the worker that claims it validates it there (a bad input fails the
+        run with `InvalidInput`, not retried). With `version=None`, that worker runs the
+        newest version it registers and writes it on the run. A name no worker registers
+        stays `pending` (`durably runs --stuck` lists it).
+
+        Example:
+            ```python
+            client = Durably("postgresql://localhost/app")  # no workflow code here
+            handle = await client.start("place-order", {"id": "o1"}, idempotency_key="o1")
+            ```
+        """
+        if not self.workflows:
+            return await self._start_by_name(
+                workflow, input, version, idempotency_key, available_at, deadline_at,
+                connection, concurrency_key, priority,
+            )  # fmt: skip
         wf = self.get_workflow(workflow, version)
         return await wf.start(
             input, idempotency_key=idempotency_key, available_at=available_at,
             deadline_at=deadline_at, connection=connection, concurrency_key=concurrency_key,
             priority=priority,
         )  # fmt: skip
+
+    async def _start_by_name(
+        self, workflow: str, input: Any, version: str | None, idempotency_key: str | None,
+        available_at: datetime | str | None, deadline_at: datetime | str | None,
+        connection: Any, concurrency_key: str | None, priority: int,
+    ) -> RunHandle[Any]:  # fmt: skip
+        """A thin client's start: written as given, bound and validated by its worker."""
+        if not isinstance(workflow, str) or not workflow:
+            raise InvalidInput(f"a workflow name must be a non-empty string, not {workflow!r}")
+        if version is not None and (not isinstance(version, str) or not version):
+            raise InvalidInput(f"a version must be a non-empty string, not {version!r}")
+        now = datetime.fromtimestamp(self.clock.time(), UTC)
+        new = NewRun(
+            workflow=workflow, version=version or NEWEST, max_attempts=UNKNOWN_ATTEMPTS,
+            input_json=encode(input, f"input of workflow {workflow!r}", self.max_payload),
+            idempotency_key=idempotency_key,
+            available_at=parse_instant(available_at, now) if available_at else None,
+            deadline_at=parse_instant(deadline_at, now) if deadline_at else None,
+            concurrency_key=concurrency_key, priority=priority,
+        )  # fmt: skip
+        run, _ = await self.create_run(new, connection)
+        return RunHandle(self, run.run_id, run)
 
     async def send_signal(
         self,

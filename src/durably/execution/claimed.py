@@ -50,3 +50,14 @@ class Claimed(Protocol):
     def is_engine_failure(exc: BaseException) -> bool: ...
 
     async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None: ...
+
+    def take_undos(self, through: int | None = None) -> list[Command]:
+        """The completed steps to undo now, newest first, taken (nothing else undoes them):
+        those whose results are log entries up to `through` (all: None), not taken yet by
+        a `compensate()` (live or replayed) or the run's end. An earlier claim may have run
+        some of their undos already (`run_compensation` does not run those again)."""
+        ...
+
+    def undo_failed(self, cmd: Command) -> None:
+        """`cmd`'s undo failed for good: it may be taken again (at the run's end)."""
+        ...

@@ -42,7 +42,7 @@ from ..core.errors import (
     describe,
 )
 from ..store.confirm import ClaimConfirmation
-from ..store.history import History
+from ..store.history import History, Recorded
 from ..store.recorder import StepRecorder
 from ..store.records import Lease, PendingStep, RunEnd
 from ..store.store import Store
@@ -52,11 +52,11 @@ from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
 from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
 from .claimed import Claimed
+from .compensations import run_compensation
 from .lifecycles import Lifecycles
 from .livewaits import LiveWaits
 from .loop import WorkflowLoop
 from .runlog import Outcome, RunLog, Stop
-from .steps import run_compensation
 
 if TYPE_CHECKING:
     from ..workflow.definition import Definition
@@ -118,7 +118,8 @@ class Execution(LiveWaits, Lifecycles):
         self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
         self.compensations: list[tuple[int, Command]] = []
-        self._compensated = self.history.compensations_done()
+        self._taken: set[int] = set()  # positions a compensate() or the end took to undo
+        self._replayed_seq = 0  # the log entry replay handed back last
         self._home: asyncio.AbstractEventLoop | None = None
         self.steps = StepApi(self)
         self._sync: SyncDriver | None = None
@@ -181,6 +182,10 @@ class Execution(LiveWaits, Lifecycles):
     def next_position(self) -> int:
         """The position the workflow's next step will take."""
         return self._position + 1
+
+    def received(self) -> int:
+        """The log entry the workflow received last (the same at a call, replayed or not)."""
+        return self._replayed_seq if self.replaying else self.log.delivered
 
     def issue(self, cmd_factory: Callable[[int], Command], name: str, kind: str) -> Command:
         """Give the workflow's next step its position and check it against history."""
@@ -377,6 +382,9 @@ class Execution(LiveWaits, Lifecycles):
                 ))  # fmt: skip
                 return
             value = recorded_value(rec)
+            self._replayed_seq = rec.seq or 0
+            if rec.kind == "compensate":
+                self._took(cmd, rec)
             if rec.completed:
                 if cmd.compensate is not None:
                     cmd.value = value
@@ -481,15 +489,34 @@ class Execution(LiveWaits, Lifecycles):
     async def _compensate(self) -> None:
         """Run each completed step's undo once, newest first (durably: recorded steps).
         Every step record still in flight is made durable first: a step that completed is
-        undone, even when its record's own write is late or failed."""
+        undone, even when its record's own write is late or failed. A `compensate()` still
+        undoing is waited for (see `_undoing`): its steps are taken."""
         await self._quiesce(fold=True)
         await self.log.write_in_flight()
-        done = self._compensated
-        todo = [cmd for _, cmd in sorted(self.compensations, key=lambda c: c[0], reverse=True)]
-        for cmd in todo:
-            if cmd.position not in done:
-                done.add(cmd.position)
-                await run_compensation(self, cmd)
+        for cmd in self.take_undos():
+            await run_compensation(self, cmd)
+
+    def take_undos(self, through: int | None = None) -> list[Command]:
+        newest = sorted(self.compensations, key=lambda c: c[0], reverse=True)
+        todo = list(dict.fromkeys(
+            cmd for seq, cmd in newest
+            if (through is None or seq <= through) and cmd.position not in self._taken
+        ))  # fmt: skip
+        self._taken.update(cmd.position for cmd in todo)
+        return todo
+
+    def undo_failed(self, cmd: Command) -> None:
+        self._taken.discard(cmd.position)
+
+    def _took(self, cmd: Command, rec: Recorded) -> None:
+        """A `compensate()` replayed from its record took what it took live (what it
+        names, then, whichever claim ran the undos): the same steps, but for those whose
+        undo failed for good (tried again at the run's end). A fork holds no undo's
+        record: what the old run's `compensate()` undid stays taken."""
+        for done in self.take_undos(cmd.spec.through):
+            undo = self.history.recorded_at(-done.position - 1)
+            if not rec.completed and undo is not None and not undo.completed:
+                self.undo_failed(done)
 
     async def _finish(
         self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None
@@ -516,9 +543,11 @@ class Execution(LiveWaits, Lifecycles):
         try:
             value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
         except Exception as exc:  # InvalidInput, or a validator's own error
-            # The stored input no longer fits the code's model (a field added by a deploy):
-            # that is the run's failure, for good. The code never started, so replay must
-            # not report the steps it did not reach as a non-determinism.
+            # The stored input does not fit the code's model (a field added by a deploy,
+            # or written unvalidated by a thin client: `app.start` by name): that is the
+            # run's failure, for good (every attempt would fail alike). The code never
+            # started, so replay must not report the steps it did not reach as a
+            # non-determinism.
             self.poison(exc)
             raise
         if wf.sync:

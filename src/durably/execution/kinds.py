@@ -8,6 +8,7 @@ from typing import Any
 
 from ..workflow.commands import Command
 from .claimed import Claimed
+from .compensations import run_compensate_now
 from .events import run_set_event
 from .patching import record_marker
 from .steps import run_function, run_transaction
@@ -26,6 +27,7 @@ LIFECYCLES: dict[str, Lifecycle] = {
     "child": run_child,
     "patch": record_marker,
     "value": record_value,
+    "compensate": run_compensate_now,
 }
 
 

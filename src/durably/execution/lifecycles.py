@@ -132,17 +132,28 @@ class Lifecycles:
             return []
         return [task for task, cmd in self._active.items() if cmd.kept]
 
+    def _undoing(self) -> list[asyncio.Task[None]]:
+        """The lifecycles of `compensate()` calls still running: undos are never
+        interrupted, so the run is not let go, retried or ended before they are done and
+        recorded (the next attempt or owner would run them again). None of them once the
+        run is not ours (a lost lease)."""
+        if self.stop is not None and self.stop.status is None and not self.stop.release:
+            return []
+        return [task for task, cmd in self._active.items() if cmd.kind == "compensate"]
+
     async def _quiesce(self, fold: bool = False) -> None:
         """Interrupt bodies still running and wait until every lifecycle has ended (with
         `fold`, or is only writing its record: the run's end will write it): for at most
-        `SETTLE_S`, but those of kept commands to their end (see `interrupt_bodies`)."""
+        `SETTLE_S`, but those of kept commands and of `compensate()` calls to their end
+        (see `interrupt_bodies`, `_undoing`)."""
         self.interrupt_bodies()
         loop = asyncio.get_running_loop()
         until, told = loop.time() + SETTLE_S, False
         while True:
             kept = self._kept()
+            held = [*kept, *self._undoing()]
             busy = [t for t, cmd in self._active.items() if not (fold and cmd.recording)]
-            if not kept and (not busy or loop.time() >= until):
+            if not held and (not busy or loop.time() >= until):
                 return
             if kept and not told:
                 told = True
@@ -151,8 +162,8 @@ class Lifecycles:
                             self._active[kept[0]].name)  # fmt: skip
             self._changed.clear()
             changed = loop.create_task(self._changed.wait())
-            await asyncio.wait([*busy, *kept, changed],
-                               timeout=None if kept else until - loop.time(),
+            await asyncio.wait([*busy, *held, changed],
+                               timeout=None if held else until - loop.time(),
                                return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
             changed.cancel()
 

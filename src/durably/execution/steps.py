@@ -1,6 +1,7 @@
 """What the engine does for each step the workflow issues: the step's lifecycle. Here:
-function steps, transactions and compensations; waits, signal sends and children are in
-`waits`, events in `events`, patch markers in `patching` (`kinds` maps each kind to its).
+function steps and transactions; compensations are in `compensations`, waits, signal
+sends and children in `waits`, events in `events`, patch markers in `patching` (`kinds`
+maps each kind to its).
 
 Workflow code issues a `Command` (on the workflow loop) and awaits its future. The
 execution then runs the command's lifecycle on the worker's loop: attempts of a body,
@@ -31,9 +32,9 @@ from ..core.errors import (
     describe,
     user_failure,
 )
-from ..core.retry import STEP_DEFAULT, RetryPolicy
+from ..core.retry import RetryPolicy
 from ..store.records import PendingStep
-from ..workflow.commands import Body, Command, Wait, signature
+from ..workflow.commands import Body, Command, Wait
 from ..workflow.stepcontext import Fence, StepContext
 from .claimed import Claimed
 
@@ -228,6 +229,7 @@ async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
     task = asyncio.ensure_future(x.store.transact(
         x.lease, x.lease_s, cmd.position, attempt, cmd.name, seq, fn, body.args,
         lambda value: x.encode(value, f"the result of step {cmd.name!r}"),
+        compensable=cmd.compensate is not None,
     ))  # fmt: skip
     cmd.body = task
     if x.interrupting:  # halted while this attempt was being set up
@@ -249,51 +251,6 @@ async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
         await _failed(x, cmd, attempt, exc, body.retry, x.clock.monotonic() - began)
         return
     x.log.publish(seq, cmd, value=decode(output))
-
-
-# ------------------------------------------------------------------ compensations
-
-
-async def run_compensation(x: Claimed, cmd: Command) -> None:
-    """Run `cmd`'s undo once as a recorded step at -(p + 1); retries wait in place."""
-    assert cmd.compensate is not None
-    pos, name = -cmd.position - 1, f"compensate:{cmd.name}"
-    comp = Command(pos, name, "function", cmd.future, None)
-    body = Body(cmd.compensate, (cmd.value,), {}, sig=signature(cmd.compensate))
-    while True:
-        attempt, began, start = await _begin(
-            x, comp, body.sig[2], spend=False, wants_ctx=body.sig[0]
-        )
-        try:
-            try:
-                await _invoke(x, comp, body, attempt, start, interruptible=False)
-            except asyncio.CancelledError as cancel:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():  # the engine's own: the execution stops
-                    raise
-                # An undo is never interrupted by the engine: this one is its own.
-                raise RuntimeError(f"CancelledError: {cancel}") from cancel
-        except Exception as exc:
-            await start.settle()
-            error = describe(exc)
-            x.history.failed(pos)
-            failures = x.history.failures(pos)
-            final = isinstance(exc, NonRetryableError) or failures >= STEP_DEFAULT.max_attempts
-            await x.log.record(PendingStep(
-                pos, attempt, name, "function", "failed", error=error, final=final,
-                elapsed_s=x.clock.monotonic() - began,
-            ))  # fmt: skip
-            if final:
-                log.error("run %s: compensation %r failed for good: %s", x.run_id, name, error)
-                return
-            await asyncio.sleep(STEP_DEFAULT.delay(failures).total_seconds())
-            continue
-        await start.settle()
-        await x.log.record(PendingStep(
-            pos, attempt, name, "function", "completed", output_json="null",
-            elapsed_s=x.clock.monotonic() - began,
-        ))  # fmt: skip
-        return
 
 
 # ------------------------------------------------------------------ running rows

@@ -186,10 +186,6 @@ class History:
     def failed(self, position: int) -> None:
         self._failures[position] = self._failures.get(position, 0) + 1
 
-    def compensations_done(self) -> set[int]:
-        """Positions whose compensation (recorded at -(p + 1)) has completed."""
-        return {-pos - 1 for pos, rec in self._latest.items() if pos < 0 and rec.completed}
-
 
 def cut_signal_waits(
     entries: list[dict[str, Any]], workflow_attempt: int, resumes: Iterable[int]
@@ -232,8 +228,11 @@ def _ended_with(view: dict[int, Recorded], rows: list[Recorded], k: int) -> dict
 
 def _cut(ended: dict[int, Recorded]) -> dict[int, Recorded]:
     """What a workflow retry keeps of what an attempt `ended` with: the completed results
-    before the first step that failed for good, in log order."""
+    before the first step that failed for good, in log order, and the completed undos of
+    those (a `compensate()` undid them: they are not undone again)."""
     failed = [r.seq or 0 for p, r in ended.items() if p >= 0 and r.resolves and not r.completed]
     cut = min(failed, default=None)
-    return {p: r for p, r in ended.items() if p >= 0 and r.resolves and r.completed
+    kept = {p: r for p, r in ended.items() if p >= 0 and r.resolves and r.completed
             and (cut is None or (r.seq or 0) < cut)}  # fmt: skip
+    undone = {p: r for p, r in ended.items() if p < 0 and r.completed and -p - 1 in kept}
+    return kept | undone

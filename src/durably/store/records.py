@@ -25,6 +25,16 @@ class Lease:
                 "workflow_attempt": self.workflow_attempt}  # fmt: skip
 
 
+# A run started by name alone (`app.start(name, input)` on an app that registers no
+# workflow: a thin client) is stored with version NEWEST and max_attempts UNKNOWN_ATTEMPTS;
+# the worker that first claims it binds both, in the claim's own write, to the newest
+# version of that name it registers (see `worker.byname`). An empty string, not NULL: no
+# migration (SQLite cannot drop a NOT NULL without rebuilding the table), and the claim
+# reads such runs from the same index range per (name, version) as any other.
+NEWEST = ""
+UNKNOWN_ATTEMPTS = 0
+
+
 @dataclass(frozen=True)
 class NewRun:
     """What `start()` asks to be stored."""

@@ -163,18 +163,23 @@ class Store(RunEnds, Sends, GiveBacks):
     # ----------------------------------------------------------------- worker side
 
     async def claim(
-        self, worker_id: str, pairs: list[tuple[str, str]], limit: int, lease_s: float,
-        held: Sequence[str] = (),
+        self, worker_id: str, pairs: Sequence[tuple[str, str]], limit: int, lease_s: float,
+        held: Sequence[str] = (), binds: Sequence[tuple[str, int]] | None = None,
     ) -> list[Row]:  # fmt: skip
         """Claim up to `limit` due runs of `pairs` in this store's namespace (unqueued, or
         of a queue no worker declares), none of `held` (runs the worker still executes).
+        `binds`, one per pair: the version and `max_attempts` its claim writes on a run a
+        thin client started (`records.NEWEST`; default: the pair's version, 1 attempt).
         On PostgreSQL the claim may not be durable yet: see `confirm_claims`."""
+        binds = binds if binds is not None else [(p[1], 1) for p in pairs]
         return await self.db.fetch(
             "claim",
             namespace=self.namespace,
             worker_id=worker_id,
             workflows=[p[0] for p in pairs],
             versions=[p[1] for p in pairs],
+            binds=[b[0] for b in binds],
+            max_attempts=[b[1] for b in binds],
             limit=limit,
             lease=lease_s,
             token=uuid.uuid4().hex,
@@ -198,7 +203,7 @@ class Store(RunEnds, Sends, GiveBacks):
         )  # fmt: skip
         return {row["id"] for row in rows}
 
-    async def next_due(self, pairs: list[tuple[str, str]]) -> tuple[datetime | None, datetime]:
+    async def next_due(self, pairs: Sequence[tuple[str, str]]) -> tuple[datetime | None, datetime]:
         rows = await self.db.fetch(
             "next_due", namespace=self.namespace, workflows=[p[0] for p in pairs],
             versions=[p[1] for p in pairs],
@@ -296,11 +301,13 @@ class Store(RunEnds, Sends, GiveBacks):
         return wake_at, created
 
     async def transact(
-        self, lease: Lease, lease_s: float, position: int, attempt: int, step: str, seq: int,
-        fn: Any, args: tuple[Any, ...], encode_result: Any,
+        self, lease: Lease, lease_s: float, position: int, attempt: int, step: str,
+        seq: int | None, fn: Any, args: tuple[Any, ...], encode_result: Any,
+        compensable: bool = False,
     ) -> str:  # fmt: skip
         """`fn(conn, *args)`, the lease check and the step's record in one transaction;
-        the recorded output.
+        the recorded output. (A transaction's undo is one too, at the undo's position,
+        with no `seq`: compensations are not entries of the run's log.)
 
         The run is not locked while `fn` runs (`body_lease`): the record at the end checks
         the fence again, and the transaction (idle for `lease_s`) ends on the server.
@@ -323,7 +330,7 @@ class Store(RunEnds, Sends, GiveBacks):
                 output = encode_result(result)
                 await self.record_finish(lease, PendingStep(
                     position, attempt, step, "transaction", "completed", output_json=output,
-                    seq=seq,
+                    seq=seq, compensable=compensable,
                 ), tx)  # fmt: skip
         except _BodyFailed as failed:
             raise failed.error from failed.error.__cause__

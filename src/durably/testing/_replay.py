@@ -133,6 +133,10 @@ class _Replayer:
     def next_position(self) -> int:
         return self._position + 1
 
+    def received(self) -> int:
+        """Nothing runs here: what a `compensate()` would undo does not matter."""
+        return 0
+
     def marker_pending(self, position: int) -> None:
         """Nothing is recorded here: a new patch marker holds nothing back."""
 

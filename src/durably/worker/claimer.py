@@ -8,6 +8,7 @@ from datetime import datetime
 from ..backends import Row
 from ..store.confirm import ClaimConfirmation
 from ..store.queues import QueueClaims
+from .byname import Served, served
 from .host import Host
 
 
@@ -38,6 +39,11 @@ class Claimer:
     def _pairs(self) -> list[tuple[str, str]]:
         return list(self.app.workflows)
 
+    def _unqueued_pairs(self) -> list[Served]:
+        # With `(name, NEWEST)` for the runs thin clients started (see `byname`): those
+        # have no queue, so only the unqueued claim and its look-ahead read them.
+        return served(self.app.workflows)
+
     def _queued(self) -> dict[str, list[tuple[str, str]]]:
         out: dict[str, list[tuple[str, str]]] = {}
         for pair, wf in self.app.workflows.items():
@@ -67,7 +73,9 @@ class Claimer:
 
     async def _claim_unqueued(self, want: int) -> list[tuple[Row, ClaimConfirmation | None]]:
         store = self.app.store
-        rows = await store.claim(self.worker_id, self._pairs(), want, self.lease_s, self._held)
+        pairs = self._unqueued_pairs()
+        rows = await store.claim(self.worker_id, [p[:2] for p in pairs], want, self.lease_s,
+                                 self._held, [p[2:] for p in pairs])  # fmt: skip
         fences = {r["id"]: r["fence"] for r in rows}
         confirm = ClaimConfirmation(store, self.worker_id, fences, self.lease_s)
         return [(row, confirm) for row in rows]
@@ -121,7 +129,8 @@ class Claimer:
 
     async def next_due(self) -> tuple[datetime | None, datetime]:
         """When a run may next be claimable (None: nothing known; the poll decides)."""
-        next_at, db_now = await self.app.store.next_due(self._pairs())
+        pairs = [p[:2] for p in self._unqueued_pairs()]
+        next_at, db_now = await self.app.store.next_due(pairs)
         # Unqueued runs (or a lapsed queue's) will be due: the next claim looks for them.
         self._unqueued_gave |= next_at is not None
         for queue in self._queued():

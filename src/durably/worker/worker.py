@@ -32,7 +32,9 @@ from ..store.queues import QueueClaims
 from ..store.recorder import StepRecorder
 from ..workflow.queue import Queue
 from . import retention as _retention
+from .byname import served
 from .claimer import Claimer
+from .early import EarlyCancels
 from .host import Host
 from .scheduler import Scheduler
 from .startline import start_line
@@ -116,6 +118,8 @@ class Worker:
         self._watchers: list[asyncio.Future[None]] = []  # see `next_change`
         self._round_waiters: list[asyncio.Future[bool]] = []  # see `claim_round`
         self._claiming = False  # the claim loop runs
+        self._early = EarlyCancels(self.lease_s)
+        self._asks: set[asyncio.Task[None]] = set()  # renewals of runs canceled early
 
     # --------------------------------------------------------------- lifecycle
 
@@ -187,6 +191,7 @@ class Worker:
         finally:
             watchdog.stop()
             checks = [t for t in (beat, self._check_task, scheduler, housekeeping) if t]
+            checks += self._asks
             for task in checks:
                 task.cancel()
             await asyncio.gather(*checks, return_exceptions=True)
@@ -255,7 +260,9 @@ class Worker:
     # --------------------------------------------------------------- claiming
 
     def _pairs(self) -> list[tuple[str, str]]:
-        return list(self.app.workflows)
+        # Advertised with `(name, NEWEST)`: `list_stuck` then leaves out the runs thin
+        # clients started that this worker will bind (see `byname`).
+        return [(s.workflow, s.version) for s in served(self.app.workflows)]
 
     async def _claim_loop(self) -> None:
         self._claiming = True
@@ -333,6 +340,18 @@ class Worker:
         self._lease_until[run_id] = asyncio.get_running_loop().time() + self.lease_s
         task.add_done_callback(lambda _: self._finished(run_id, task))
         self._activity()
+        if self._early.claimed(run_id, asyncio.get_running_loop().time()):
+            ask = asyncio.create_task(self._ask(run_id), name=f"durably-ask-{run_id}")
+            self._asks.add(ask)
+            ask.add_done_callback(self._asks.discard)
+
+    async def _ask(self, run_id: str) -> None:
+        """A cancel of `run_id` was notified before its claim returned: the database
+        decides (a renewal halts it if it is canceled still)."""
+        try:
+            await self._renew([run_id])
+        except DatabaseUnavailable as exc:  # the next heartbeat asks again
+            log.warning("run %s: could not look for a cancel: %s", run_id, exc)
 
     def _finished(self, run_id: str, task: asyncio.Task[None]) -> None:
         if self.running.get(run_id, (None, None))[1] is task:
@@ -366,7 +385,11 @@ class Worker:
         if message.startswith("ended:"):  # for those waiting for a result (`_endwatch`)
             return
         if message.startswith("cancel:"):
-            self._halt(message.removeprefix("cancel:"), Stop("canceled", "canceled"))
+            run_id = message.removeprefix("cancel:")
+            if run_id in self.running:
+                self._halt(run_id, Stop("canceled", "canceled"))
+            else:  # its claim may be on its way back: see EarlyCancels
+                self._early.remember(run_id, asyncio.get_running_loop().time())
         elif message.startswith("wake:"):
             self._poke(message.removeprefix("wake:"))
             return

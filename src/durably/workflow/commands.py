@@ -1,8 +1,8 @@
 """Commands: what workflow code issues, as data. Each `ctx.step` call makes a `Command`
 of a kind ("function", "transaction", "sleep", "signal-wait", "signal-send", "event",
-"child", "patch") with the spec of what to do (a `Body`, a `Sleep`, ...); the engine
-looks up the lifecycle of its kind (`execution.kinds`) and runs it on the worker's loop.
-The workflow awaits the command's future, which the engine resolves in log order.
+"child", "patch", "compensate") with the spec of what to do (a `Body`, a `Sleep`, ...);
+the engine looks up the lifecycle of its kind (`execution.kinds`) and runs it on the
+worker's loop. The workflow awaits the command's future, which the engine resolves in log order.
 """
 
 from __future__ import annotations
@@ -122,6 +122,8 @@ def error_for(rec: Recorded) -> BaseException:
     error = rec.error or {}
     if rec.kind == "child":
         return child_error(error)
+    if rec.kind == "compensate":  # names the undo that failed, as it did live
+        return StepFailedError(error.get("step", rec.step), error, error.get("attempts", 1))
     return StepFailedError(rec.step, error, rec.attempt)
 
 
@@ -220,6 +222,14 @@ class SignalSend:
 @dataclass(frozen=True)
 class SetEvent:
     value_json: str
+
+
+@dataclass(frozen=True)
+class Compensate:
+    """`ctx.step.compensate()`: undo the steps whose results the workflow had received,
+    the log's entries up to `through` (the same on replay: results arrive in log order)."""
+
+    through: int
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,10 @@ class Runtime(Protocol):
         """The position the next command will take."""
         ...
 
+    def received(self) -> int:
+        """The log entry (`seq`) the workflow received last."""
+        ...
+
     def encode(self, value: Any, what: str) -> str:
         """`value` as the JSON to record, refused (InvalidInput) as the engine refuses it."""
         ...

@@ -24,6 +24,7 @@ from .commands import (
     Body,
     Child,
     Command,
+    Compensate,
     SetEvent,
     SignalSend,
     SignalWait,
@@ -150,7 +151,9 @@ class StepApi:
             fn: sync or async; sync bodies run in a thread. A first parameter annotated
                 `StepContext` receives one.
             retry: the step's retry policy (default: 10 attempts, 1 s doubling to 100 s).
-            compensate: `undo(result)` run once if the run is canceled or fails for good.
+            compensate: `undo(result)`, run if the run is canceled or fails for good (or
+                at `compensate()`), with the result as the workflow got it; at least once,
+                as a body is (make it idempotent).
             timeout: cancel an attempt that runs longer (`StepTimeout`, retried by policy).
 
         A type checker holds `*args` to `fn`'s positional parameters and gives the call
@@ -165,21 +168,23 @@ class StepApi:
         cmd = self._issue(name, "function", body, result_type=sig[1], compensate=compensate)
         return StepCall(cmd)
 
+    # `compensate` takes the body's connection type and its result: `undo(conn, result)`.
     @overload
     def transaction(
         self, name: str, fn: Callable[[Conn, *Ts], Coroutine[Any, Any, R]], *args: *Ts,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy | None = None, compensate: Callable[[Conn, R], object] | None = None,
     ) -> StepCall[R]: ...  # fmt: skip
 
     @overload
     def transaction(
         self, name: str, fn: Callable[[Conn, *Ts], R], *args: *Ts,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy | None = None, compensate: Callable[[Conn, R], object] | None = None,
     ) -> StepCall[R]: ...  # fmt: skip
 
     def transaction(
-        self, name: str, fn: Callable[..., Any], *args: *Ts, retry: RetryPolicy | None = None
-    ) -> StepCall[Any]:
+        self, name: str, fn: Callable[..., Any], *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None,
+    ) -> StepCall[Any]:  # fmt: skip
         """Run `fn(conn, *args)` in one database transaction with the step's record.
 
         The business writes and the step's result commit together, or neither does. The
@@ -195,10 +200,39 @@ class StepApi:
         by `retry`. `conn` is a psycopg `AsyncConnection` on PostgreSQL (write
         `async def fn`) and a `sqlite3.Connection` on SQLite. The result is validated into
         `fn`'s return annotation, as a `run` step's is.
+
+        `compensate`: `undo(conn, result)`, run if the run is canceled or fails for good
+        (or at `compensate()`), with the result as the workflow got it, as a transaction of
+        its own on the same kind of connection, fenced like `fn`, its record committed with
+        its writes: exactly once, even when its worker is killed in the middle of it.
         """
         body = Body(fn, args, {}, retry or STEP_DEFAULT)
-        cmd = self._issue(name, "transaction", body, result_type=signature(fn)[1])
+        cmd = self._issue(
+            name, "transaction", body, result_type=signature(fn)[1], compensate=compensate
+        )
         return StepCall(cmd)
+
+    # ---------------------------------------------------------------- sagas
+
+    def compensate(self) -> StepCall[list[str]]:
+        """Undo now: run the undo (`compensate=`) of every step that completed before this
+        call and was not undone yet, newest first, each once, as durable steps; the names
+        of the steps undone, newest first.
+
+        The workflow goes on afterwards and may return normally (a rejected order that
+        releases its stock and refunds its payment, then returns). A step undone here is
+        never undone again: not by a later `compensate()`, nor when the run is canceled or
+        fails. "Before this call" is what the workflow had received when it called: a step
+        still running beside it (`gather`) is not undone by it. The names are the same on
+        replay and when a worker died in the middle of it (the undos it had completed are
+        not run again). A cancel, a retry or a drain waits for it: undos are not interrupted.
+
+        Raises:
+            StepFailedError: an undo failed for good (after 10 attempts); the others ran.
+                It is tried again if the run is canceled or fails.
+        """
+        spec = Compensate(self._x.received())
+        return StepCall(self._issue("compensate", "compensate", spec))
 
     # ---------------------------------------------------------------- waits
 

@@ -116,25 +116,31 @@ class SyncStepApi:
     @overload
     def transaction(
         self, name: str, fn: Callable[[Conn, *Ts], Coroutine[Any, Any, R]], *args: *Ts,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy | None = None, compensate: Callable[[Conn, R], object] | None = None,
     ) -> R: ...  # fmt: skip
 
     @overload
     def transaction(
         self, name: str, fn: Callable[[Conn, *Ts], R], *args: *Ts,
-        retry: RetryPolicy | None = None,
+        retry: RetryPolicy | None = None, compensate: Callable[[Conn, R], object] | None = None,
     ) -> R: ...  # fmt: skip
 
     def transaction(
-        self, name: str, fn: Callable[..., Any], *args: *Ts, retry: RetryPolicy | None = None
-    ) -> Any:
+        self, name: str, fn: Callable[..., Any], *args: *Ts, retry: RetryPolicy | None = None,
+        compensate: Callable[..., Any] | None = None,
+    ) -> Any:  # fmt: skip
         """Run `fn(conn, *args)` in one database transaction with the step's record (see
-        `StepApi.transaction`)."""
+        `StepApi.transaction`, and its `compensate`)."""
         steps: Any = self._steps  # `fn`'s types were checked by this method's overloads
         return self._call(
-            lambda: steps.transaction(name, fn, *args, retry=retry),
+            lambda: steps.transaction(name, fn, *args, retry=retry, compensate=compensate),
             "ctx.step.transaction",
         )
+
+    def compensate(self) -> list[str]:
+        """Undo now the steps completed so far that have an undo (see `StepApi.compensate`);
+        the names of the steps undone, newest first."""
+        return self._call(self._steps.compensate, "ctx.step.compensate")
 
     def sleep(self, name: str, duration: Duration) -> None:
         """Sleep durably: the run parks and no worker is held until `duration` has passed."""

@@ -4,13 +4,18 @@ every replay (issue 31 item 14, from OpenWorkflow's suite)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 from durably import Durably, SyncWorkflowContext, WorkflowContext
-from tests.helpers import scaled
+from tests.helpers import eventually, scaled
+
+
+async def _waiting(handle: Any) -> bool:
+    return bool((await handle.get()).status == "waiting")
 
 
 async def test_a_workflow_sees_its_runs_times_and_attempt_on_every_replay(db_url: str) -> None:
@@ -25,7 +30,7 @@ async def test_a_workflow_sees_its_runs_times_and_attempt_on_every_replay(db_url
             ctx.attempt = 7  # type: ignore[misc]
         except dataclasses.FrozenInstanceError:
             refused.append("attempt")
-        await ctx.step.sleep("nap", "20ms")  # parks: the next claim replays
+        await ctx.step.wait_for_signal("go")  # parks: the next claim replays
 
     @app.workflow(name="meta-sync", version="v1")
     def meta_sync(ctx: SyncWorkflowContext) -> None:
@@ -34,12 +39,15 @@ async def test_a_workflow_sees_its_runs_times_and_attempt_on_every_replay(db_url
             ctx.run_id = "other"  # type: ignore[misc]
         except AttributeError:  # FrozenInstanceError is one
             refused.append("run_id")
-        ctx.step.sleep("nap", "20ms")
+        ctx.step.wait_for_signal("go")
 
     async with app, app.worker():
         for wf in (meta, meta_sync):
             seen.clear()
             handle = await wf.start()
+            # Sent once it waits (a short sleep, or a signal sent first, may not park it).
+            await eventually(functools.partial(_waiting, handle), what="the run to park")
+            await app.send_signal("go", None)
             await handle.result(timeout=scaled(10))
             run = await handle.get()
             assert len(seen) == 2  # live, then replayed after the sleep

@@ -21,9 +21,12 @@ from tests.integration.store.test_history_size import PARAM, _numbered
 SCHEMA = "claimplan"
 BURST = 100_000  # pending runs of (flow, v1), which no worker serves, due before the rest
 OWN = 20  # pending runs of (flow, v2), the served pair
-# The claim's parameters, as a worker serving (flow, v2) with 10 free slots sends them.
-ARGS = {"namespace": "'default'", "workflows": "ARRAY['flow']", "versions": "ARRAY['v2']",
-        "held": "ARRAY[]::text[]", "limit": "10", "worker_id": "'w'", "lease": "30"}  # fmt: skip
+# The claim's parameters, as a worker serving (flow, v2) with 10 free slots sends them: with
+# (flow, ''), the runs thin clients start by name, which it binds to v2 (`worker.byname`).
+ARGS = {"namespace": "'default'", "workflows": "ARRAY['flow', 'flow']",
+        "versions": "ARRAY['v2', '']", "binds": "ARRAY['v2', 'v2']",
+        "max_attempts": "ARRAY[1, 1]", "held": "ARRAY[]::text[]", "limit": "10",
+        "worker_id": "'w'", "lease": "30"}  # fmt: skip
 
 
 async def _runs(

@@ -133,6 +133,9 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 -- the previous holder's attempts still running abandoned: the statement's own snapshot is
 -- older than its locks, and would miss what was committed for the run in between (a
 -- signal, the previous holder's last record or last attempt begun).
+-- A run a thin client started by name (version '', max_attempts 0: `records.NEWEST`) is
+-- read through the worker's pair (name, '') and bound here, in the claim's own write, to
+-- the pair's `binds` version and `max_attempts` (SET reads the row as it was).
 WITH quick AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ), lapsed AS MATERIALIZED (
@@ -141,8 +144,9 @@ WITH quick AS MATERIALIZED (
     ORDER BY q.name
     FOR SHARE
 ), pairs AS (
-    SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]))
-        AS p(workflow, version)
+    SELECT * FROM unnest(CAST(:workflows AS text[]), CAST(:versions AS text[]),
+                         CAST(:binds AS text[]), CAST(:max_attempts AS integer[]))
+        AS p(workflow, version, binds, max_attempts)
 ), cand AS (
     SELECT c.id, c.available_at FROM pairs p
     CROSS JOIN LATERAL (
@@ -177,7 +181,12 @@ WITH quick AS MATERIALIZED (
         available_at = now() + :lease * interval '1 second',
         wake_requested = false, waiting_for = NULL, wake_at = NULL,
         started_at = COALESCE(r.started_at, now()),
-        updated_at = now()
+        updated_at = now(),
+        version = CASE WHEN r.version <> '' THEN r.version ELSE (SELECT p.binds FROM pairs p
+            WHERE p.workflow = r.workflow AND p.version = '') END,
+        max_attempts = CASE WHEN r.max_attempts <> 0 THEN r.max_attempts ELSE (
+            SELECT p.max_attempts FROM pairs p
+            WHERE p.workflow = r.workflow AND p.version = r.version) END
     -- By id, from an array: whatever the planner counts of `due` (a tenth of its input, for
     -- a LIMIT it cannot see in a generic plan), the runs are looked up, never all read.
     WHERE r.id = ANY(ARRAY(SELECT id FROM due))

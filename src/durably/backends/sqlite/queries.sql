@@ -66,7 +66,16 @@ UPDATE {schema}_runs SET
     wake_requested = 0, waiting_for = NULL, wake_at = NULL,
     started_at = coalesce(started_at, now()),
     updated_at = now(),
-    claim_token = :token
+    claim_token = :token,
+    -- A run a thin client started by name: bound as the PostgreSQL twin says.
+    version = CASE WHEN version <> '' THEN version ELSE (
+        SELECT b.value FROM json_each(:workflows) w JOIN json_each(:versions) v
+            ON w.key = v.key JOIN json_each(:binds) b ON b.key = w.key
+        WHERE w.value = {schema}_runs.workflow AND v.value = '') END,
+    max_attempts = CASE WHEN max_attempts <> 0 THEN max_attempts ELSE (
+        SELECT a.value FROM json_each(:workflows) w JOIN json_each(:versions) v
+            ON w.key = v.key JOIN json_each(:max_attempts) a ON a.key = w.key
+        WHERE w.value = {schema}_runs.workflow AND v.value = {schema}_runs.version) END
 WHERE id IN (
     -- The oldest due runs of each (workflow, version) served, in the namespace, from one
     -- range of runs_due per pair (runs of versions no worker here serves, or of other
