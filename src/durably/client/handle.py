@@ -77,11 +77,17 @@ class RunHandle(Generic[Out]):
         wait for `name` receives it, or, none waiting yet, its next one does (no other
         run's wait takes it).
 
+        `idempotency_key` de-duplicates sends of signal `name` whichever run they address,
+        as `Durably.send_signal`'s does: a key that holds the run id keeps sends to two
+        runs apart.
+
         Returns:
             `{"delivered_to": [this run's id] or [], "buffered": bool, "duplicate": bool}`
 
         Raises:
             RunTerminalError: the run has finished.
+            RunNotFound: there is no such run (purged).
+            InvalidInput: `data` has no JSON form, or `name` is blank.
 
         Example:
             ```python

@@ -454,7 +454,10 @@ class Execution(LiveWaits, Lifecycles):
             return
         error = main.exception()
         if error is not None:
-            await self._fail(error, retry=True)
+            # A value refused (signal data or a result that does not fit its type, data
+            # JSON cannot hold) is refused again by every attempt, which replays it: the
+            # run fails for good, as one whose input does not fit does.
+            await self._fail(error, retry=not isinstance(error, InvalidInput))
             return
         forgotten = [c for c in self.commands.values()
                      if not c.awaited and not _cancelled_issuer(c)]  # fmt: skip

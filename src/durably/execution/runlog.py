@@ -186,7 +186,9 @@ class RunLog:
             step.seq = self.reserve()
             self.publish(step.seq, cmd, cmd.future.result(), record=step)
             cmd.recording = True
-            self._sent_values[position] = (step, self._recorder.send(self._lease, step))
+            sent = self._recorder.send(self._lease, step)
+            sent.add_done_callback(_retrieved)  # its lifecycle may be cancelled unstarted
+            self._sent_values[position] = (step, sent)
 
     async def value_durable(self, cmd: Command) -> None:
         """Return once value `cmd` is durable (sent now if it has not gone yet: whatever it
@@ -285,3 +287,9 @@ class RunLog:
             self.delivered = seq
             if not self._reader.receive(cmd, outcome) and cmd.kind == "signal-wait":
                 self._reader.give_back(cmd, seq)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as read (none is logged as "never retrieved")."""
+    if not future.cancelled():
+        future.exception()

@@ -265,6 +265,35 @@ async def test_values_ride_with_the_records_of_the_pass_that_read_them(
     assert not [s for s in statements if "now" in s and s != ["a", "now", "uuid4"]], statements
 
 
+async def test_a_value_read_beside_a_patch_marker_goes_after_it(db_url: str) -> None:
+    """A patch marker issued just before a value is not durable yet when the value is
+    sent: the value waits for it (durable without it, a replay would find history past the
+    marker's position without it), and both replay."""
+    app = Durably(db_url)
+    seen: list[list[Any]] = []
+
+    async def stamp(ctx: WorkflowContext) -> str:
+        return ctx.now().isoformat()
+
+    @app.workflow(name="beside", version="v1")
+    async def beside(ctx: WorkflowContext) -> list[Any]:
+        got = list(await asyncio.gather(ctx.patched("p"), stamp(ctx)))
+        seen.append(got)
+        await ctx.step.wait_for_signal(f"end:{ctx.run_id}")
+        return got
+
+    async with app, app.worker():
+        handle = await beside.start()
+        await eventually(lambda: _status(app, handle.run_id, "waiting"), what="the wait")
+        await app.send_signal(f"end:{handle.run_id}")
+        output = await handle.result(timeout=scaled(20))
+        steps = await app.list_steps(handle.run_id)
+    assert seen == [output, output] and output[0] is True
+    assert [(s.position, s.kind) for s in steps] == [(1, "patch"), (2, "value"), (3, "signal-wait")]
+    assert steps[0].seq is not None and steps[1].seq is not None
+    assert steps[0].seq < steps[1].seq
+
+
 async def _steps(app: Durably, run_id: str) -> dict[str, Any]:
     return {s.step: s.output for s in await app.list_steps(run_id) if s.status == "completed"}
 

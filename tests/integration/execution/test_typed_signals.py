@@ -16,6 +16,7 @@ from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
 
 from durably import (
     Durably,
+    RetryPolicy,
     RunHandle,
     RunTerminalError,
     SyncWorkflowContext,
@@ -225,3 +226,21 @@ async def test_a_type_that_is_no_type_is_refused_at_the_call(db_url: str) -> Non
     assert run.status == "failed" and run.error is not None
     assert run.error["type"] == "TypeError", run.error
     assert "wait_for_signal('x')" in run.error["message"], run.error
+
+
+async def test_data_that_does_not_fit_spends_no_workflow_retry(db_url: str) -> None:
+    """Every attempt would replay the same signal into the same error: the run fails for
+    good at once, as one whose input does not fit does."""
+    app = Durably(db_url)
+
+    @app.workflow(name="retried", version="v1", retry=RetryPolicy(max_attempts=3))
+    async def retried(ctx: WorkflowContext) -> Approval:
+        return await ctx.step.wait_for_signal(f"go:{ctx.run_id}", type=Approval)
+
+    async with app, app.worker():
+        handle = await retried.start()
+        await _waiting(app, handle)
+        await handle.signal(f"go:{handle.run_id}", {"approved": "maybe"})
+        run = await handle.wait(timeout=scaled(20))
+    assert run.status == "failed" and run.attempts == 1, run
+    assert run.error is not None and run.error["type"] == "InvalidInput", run.error
