@@ -142,7 +142,10 @@ def signature(fn: Callable[..., Any]) -> tuple[bool, Any, bool]:
         hints = typing.get_type_hints(fn)
     except Exception:
         hints = {}
-    params = list(inspect.signature(fn).parameters.values())
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without one (`str`, `int`): no StepContext
+        params = []
     first = params[0] if params else None
     wants_ctx = first is not None and (
         hints.get(first.name) is StepContext or "StepContext" in str(first.annotation)

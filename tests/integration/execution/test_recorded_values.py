@@ -128,10 +128,13 @@ def test_values_read_live_are_replayed_exactly(engine: _Engine, ops: list[str], 
     assert report.finished and report.output == output and not report.output_changed
 
 
+@pytest.mark.parametrize("after", [False, True], ids=["first", "after-a-step"])
 @pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
 async def test_a_value_is_durable_before_a_step_issued_after_it_starts(
-    db_url: str, sync: bool
+    db_url: str, sync: bool, after: bool
 ) -> None:
+    """Read first, or right after a step's result (then it rides in that result's
+    statement, see below): committed before the next step's body starts."""
     app = Durably(db_url)
     started = asyncio.Event()
     release = threading.Event()
@@ -145,11 +148,15 @@ async def test_a_value_is_durable_before_a_step_issued_after_it_starts(
 
     @app.workflow(name="effect", version="v1")
     async def with_effect(ctx: WorkflowContext) -> str:
+        if after:
+            await ctx.step.run("before", str, "x")
         token = str(ctx.uuid4())
         return await ctx.step.run("effect", effect, token)
 
     @app.workflow(name="effect-sync", version="v1")
     def with_effect_sync(ctx: SyncWorkflowContext) -> str:
+        if after:
+            ctx.step.run("before", str, "x")
         token = str(ctx.uuid4())
         return ctx.step.run("effect", effect, token)
 
