@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import tempfile
 import uuid
 from pathlib import Path
@@ -42,6 +43,19 @@ def _tree(root: Path) -> list[str]:
     return lines
 
 
+def again(url: str, run_id: str) -> str:
+    """The command that shows the run from anywhere in the repository: `uv run` when uv ran
+    the demo (it sets UV), the database as an absolute path (a server's URL by its variable,
+    so its password is not printed)."""
+    if url.startswith("sqlite:///"):
+        path, sep, query = url.removeprefix("sqlite:///").partition("?")
+        database = shlex.quote(f"sqlite:///{Path(path).resolve()}{sep}{query}")
+    else:
+        database = '"$DURABLY_DATABASE_URL"'
+    uv = "uv run " if os.environ.get("UV") else ""
+    return f"{uv}durably --database {database} show {run_id}"
+
+
 async def run_demo(size_mb: int, workdir: Path | None) -> None:
     console = view.console
     work = workdir or Path(tempfile.mkdtemp(prefix="acquire-demo-"))
@@ -76,7 +90,8 @@ async def run_demo(size_mb: int, workdir: Path | None) -> None:
     )
     for line in _tree(Path(order.library)):
         console.print(line)
-    console.print(f"see it again with: durably --database {app.url} show {run.run_id}")
+    console.print(f"see it again with: {again(app.url, run.run_id)}", markup=False,
+                  highlight=False, soft_wrap=True)  # fmt: skip
     film = Path(order.library) / "Big Buck Bunny (2008)" / "Big Buck Bunny (2008).mkv"
     if run.status != "completed" or not film.exists() or len(rows) != 1:
         raise SystemExit(1)

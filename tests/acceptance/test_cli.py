@@ -31,9 +31,7 @@ def test_json_documents(procs: Procs, tmp_path: Path) -> None:
     assert run_id in human and "canceled" in human
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
+BAD_INPUT = [
         (("start", "acquire", "--input", "{bad"), "not valid JSON"),
         (("start", "acquire", "--input", "@/nonexistent.json"), "cannot read"),
         (("start", "acquire", "--input", '{"idx": 1}'), "invalid"),
@@ -45,8 +43,10 @@ def test_json_documents(procs: Procs, tmp_path: Path) -> None:
         (("show", "no-such-run"), "no run"),
         (("runs", "--status", "sleeping"), "--status must be one of"),
         (("worker", "--lease", "forever"), "not a duration"),
-    ],
-)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_INPUT)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     procs: Procs, args: tuple[str, ...], message: str
 ) -> None:
@@ -103,6 +103,35 @@ def test_oversized_durations_and_blank_signal_names_exit_2_and_write_nothing(
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert procs.json("runs") == []
     assert procs.json("signals", "--all") == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [args for args, _ in BAD_INPUT if args[0] != "worker"]  # the worker prints no JSON
+    + [("runs", "--limit", "0"), ("show", "--key", "k", "--workflow")],  # the parser's
+)  # fmt: skip
+def test_with_json_an_error_is_one_json_document_on_stderr(
+    procs: Procs, args: tuple[str, ...]
+) -> None:
+    plain = procs.cli(*args, check=False)
+    done = procs.cli(*args, "--json", check=False)
+    assert done.returncode == plain.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    doc = json.loads(done.stderr)
+    assert doc == {"error": doc["error"], "exit": 2}
+    if plain.stderr.startswith("error: "):  # the same message (usage errors: typer's box)
+        assert plain.stderr == f"error: {doc['error']}\n"
+    assert procs.json("runs") == []
+
+
+def test_with_json_a_failure_exits_1_as_one_json_document(
+    tmp_path: Path, processes: Processes
+) -> None:
+    procs = Procs("postgresql://postgres@127.0.0.1:1/nothing", tmp_path, processes)
+    done = procs.cli("runs", "--json", check=False)
+    assert done.returncode == 1 and done.stdout == ""
+    doc = json.loads(done.stderr)
+    assert doc["exit"] == 1 and "unavailable" in doc["error"]
 
 
 def test_unreachable_database_is_one_line(tmp_path: Path, processes: Processes) -> None:

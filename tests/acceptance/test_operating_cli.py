@@ -87,3 +87,43 @@ def test_show_prefix_signals_and_purge(procs: Procs) -> None:
     assert resumed.returncode == 2 and "pending" in resumed.stderr
     by_prefix = procs.cli("resume", "abcdef0123", check=False, **env)  # unique once purged
     assert by_prefix.returncode == 2 and "run abcdef01232 is pending" in by_prefix.stderr
+
+
+def test_show_by_idempotency_key(procs: Procs) -> None:
+    """A run is found by the business id it was started with; a key that started runs of
+    two workflows needs --workflow."""
+    for workflow in ("acquire", "flaky"):
+        data = '{"id": "k1"}' if workflow == "acquire" else "0"
+        procs.cli("start", workflow, "--input", data, "--idempotency-key", "order-42",
+                  "--available-at", "+1h")  # fmt: skip
+    ours = procs.json("runs", "--workflow", "acquire")[0]["run_id"]
+    shown = procs.json("show", "--key", "order-42", "--workflow", "acquire")
+    assert shown["run"]["run_id"] == ours and set(shown) == {"run", "steps", "events"}
+    assert ours in procs.cli("show", "--key", "order-42", "--workflow", "acquire").stdout
+
+    both = procs.cli("show", "--key", "order-42", check=False)
+    assert both.returncode == 2, both.stderr
+    assert "acquire, flaky" in both.stderr and "--workflow" in both.stderr
+    assert len(both.stderr.strip().splitlines()) == 1
+    missing = procs.cli("show", "--key", "order-43", check=False)
+    assert missing.returncode == 2 and "no run" in missing.stderr and "order-43" in missing.stderr
+    for args in ((ours, "--key", "order-42"), (), ("--workflow", "acquire")):
+        wrong = procs.cli("show", *args, check=False)
+        assert wrong.returncode == 2 and "a run id or --key" in wrong.stderr, wrong.stderr
+
+
+def test_purge_one_workflows_runs(procs: Procs) -> None:
+    env: dict[str, Any] = {"DURABLY_APP": APP}
+    started: dict[str, list[str]] = {}
+    for workflow in ("report", "report", "billing"):
+        run = procs.json("start", workflow, "--input", "1", "--available-at", "+1h", **env)
+        procs.cli("cancel", run["run_id"], **env)
+        started.setdefault(workflow, []).append(run["run_id"])
+    kept = procs.json("purge", "--older-than", "0s", "--workflow", "report", "--status",
+                      "completed", **env)  # fmt: skip
+    assert kept == {"runs": 0, "signals": 0}  # the filters combine: none completed
+    done = procs.json("purge", "--older-than", "0s", "--workflow", "report", **env)
+    assert done == {"runs": 2, "signals": 0}
+    assert [r["run_id"] for r in procs.json("runs", **env)] == started["billing"]
+    text = procs.cli("purge", "--older-than", "0s", "--workflow", "nope", **env).stdout
+    assert text.startswith("purged 0 runs")

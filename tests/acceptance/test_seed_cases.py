@@ -190,18 +190,29 @@ def test_g_unknown_version_is_left_untouched(procs: Procs, client: SyncDurably) 
     assert (run.status, run.attempts, run.fence, run.error) == ("pending", 0, 0, None)
 
 
-def test_g_renamed_step_is_non_determinism(procs: Procs, client: SyncDurably) -> None:
+def test_g_renamed_step_is_held_until_the_fix(procs: Procs, client: SyncDurably) -> None:
+    """A deploy that renames a recorded step holds the run (SPEC §4.2): not failed, nothing
+    undone, listed as stuck; the fix's deploy goes on from its history."""
     a = procs.worker("A", NAP=duration(1))  # long enough to stop A while the run naps
     run_id = client.start("renamed").run_id
     eventually_sync(lambda: client.get_run(run_id).status == "waiting", what="the nap")
     a.send_signal(signal.SIGTERM)
     a.wait(timeout=scaled(15))
-    procs.worker("B", RENAMED="1")
-    run = client.wait(run_id, timeout=scaled(20))
-    assert run.status == "failed" and run.error is not None
-    assert run.error["type"] == "NonDeterminismError"
+    before = client.get_run(run_id)
+    b = procs.worker("B", RENAMED="1")
+    eventually_sync(lambda: client.get_run(run_id).status == "held", what="the run held")
+    run = client.get_run(run_id)
+    assert run.error is not None and run.error["type"] == "NonDeterminismError"
     assert "position 1" in run.error["message"] and "'first'" in run.error["message"]
-    assert [e for e in _events(procs, run_id)] == [("first", "A", "run")]
+    assert (run.attempts, run.finished_at) == (before.attempts, None)
+    assert [r["run_id"] for r in procs.json("runs", "--stuck")] == [run_id]
+    assert [r["run_id"] for r in procs.json("runs", "--status", "held")] == [run_id]
+    b.send_signal(signal.SIGTERM)
+    b.wait(timeout=scaled(15))
+    procs.worker("C")  # the fix: the code the run began with
+    run = client.wait(run_id, timeout=scaled(20))
+    assert (run.status, run.output, run.attempts) == ("completed", "done", before.attempts)
+    assert _events(procs, run_id) == [("first", "A", "run"), ("second", "C", "run")]
 
 
 def test_i_two_workers_no_duplicate_execution(procs: Procs, client: SyncDurably) -> None:

@@ -3,6 +3,8 @@ compensating leaves the rest to another, each compensation running once."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from typing import Any
 from durably import Durably
 from tests.acceptance.conftest import ROOT, Procs
 from tests.apps import seed
-from tests.helpers import duration, eventually_sync, scaled
+from tests.helpers import duration, eventually_sync, run_command, scaled
 
 
 def _events(url: str, run_id: str) -> list[tuple[str, str, str]]:
@@ -94,6 +96,7 @@ def test_worker_killed_while_compensating(procs: Procs, tmp_path: Path) -> None:
 def test_acquire_demo_runs_on_a_fresh_directory(tmp_path: Path) -> None:
     env = {k: v for k, v in __import__("os").environ.items() if k != "DURABLY_DATABASE_URL"}
     env["PYTHONPATH"] = str(ROOT)
+    env["UV"] = "uv"  # run by `uv run` (which sets it), as the README says
     done = subprocess.run([sys.executable, "-m", "acquire.cli", "demo", "--size-mb", "2",
                            "--workdir", str(tmp_path / "work")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=scaled(120))  # fmt: skip
@@ -105,3 +108,10 @@ def test_acquire_demo_runs_on_a_fresh_directory(tmp_path: Path) -> None:
         "acquire": "completed",
         "acquire-watch": "completed",
     }
+    # The hint works from the repository (not the demo's directory), without an activated
+    # environment: `uv run durably ...` on the demo's database.
+    hint = next(line for line in done.stdout.splitlines() if "see it again" in line)
+    command = shlex.split(hint.partition(": ")[2])
+    assert command[:3] == ["uv", "run", "durably"], hint
+    shown = run_command("durably.cli", (*command[3:], "--json"), env, ROOT, check=True)
+    assert json.loads(shown.stdout)["run"]["workflow"] == "acquire"

@@ -150,10 +150,14 @@ def acquire_sync(ctx: SyncWorkflowContext, order: Order) -> dict[str, Any]:
     return {"sub": sub, "copied": copied, "signal": sig}
 
 
+def undo_ledger(ctx: StepContext, _: Any) -> None:
+    ledger(ctx, "undo")
+
+
 @app.workflow(name="renamed", version="v1")
 async def renamed(ctx: Any) -> str:
-    first = "first-renamed" if os.environ.get("RENAMED") else "first"
-    await ctx.step.run(first, ledger)
+    first = "first-renamed" if os.environ.get("RENAMED") else "first"  # a deploy mistake
+    await ctx.step.run(first, ledger, compensate=undo_ledger)
     await ctx.step.sleep("nap", os.environ.get("NAP", "1s"))
     await ctx.step.run("second", ledger)
     return "done"

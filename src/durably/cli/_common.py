@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import json
 import os
+import re
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -84,10 +85,29 @@ def _import_app(path: str) -> Durably:
     return app
 
 
+class CommandError(Exception):
+    """Why a command stops, for the user, and its exit code (`report` prints it)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
-    """One clear line on stderr, and exit."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+    """Stop the command: `main` reports `message` and exits with `code`."""
+    raise CommandError(message, code)
+
+
+def report(message: str, code: int, as_json: bool) -> NoReturn:
+    """An error as one line on stderr (with --json, the JSON document `{"error", "exit"}`),
+    and exit with `code`: what `main` does with every error of every command."""
+    line = re.sub(r"\s*\n\s*", " ", message.strip())  # a driver's message may span lines
+    if as_json:
+        typer.echo(json.dumps({"error": line, "exit": code}), err=True)
+    else:
+        typer.echo(f"error: {line}", err=True)
+    sys.exit(code)
 
 
 def run(coro: Coroutine[Any, Any, T], app: Durably | None = None) -> T:

@@ -14,8 +14,8 @@ from rich.text import Text
 from ..store.models import Run, StepAttempt
 
 COLOURS = {
-    "pending": "yellow", "running": "cyan", "waiting": "blue", "completed": "green",
-    "failed": "red", "canceled": "magenta", "abandoned": "bright_black",
+    "pending": "yellow", "running": "cyan", "waiting": "blue", "held": "bright_red",
+    "completed": "green", "failed": "red", "canceled": "magenta", "abandoned": "bright_black",
 }  # fmt: skip
 
 # Piped to a file or a program, output is not a terminal's width: rich would cut every

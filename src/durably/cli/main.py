@@ -9,7 +9,10 @@ from importlib import metadata
 import typer
 
 from . import admin, operating, runs
-from ._common import Options
+from ._common import CommandError, Options, report
+
+# The exceptions of the click that typer runs on (its own copy in recent versions).
+_CLICK = sys.modules[typer.BadParameter.__module__]
 
 app = typer.Typer(
     help="durably: durable workflows on PostgreSQL and SQLite.",
@@ -50,9 +53,19 @@ operating.register(app)
 
 
 def main() -> None:
-    """Entry point of the `durably` script."""
+    """Entry point of the `durably` script. Every error of a command ends here, as one line
+    on stderr and an exit code (`report`); with `--json`, usage errors too (the parser's
+    own report is a box of several lines)."""
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    app(args=hoist_global_options(sys.argv[1:]))
+    args = hoist_global_options(sys.argv[1:])
+    as_json = "--json" in (args[: args.index("--")] if "--" in args else args)
+    try:
+        code = app(args=args, standalone_mode=not as_json)
+    except CommandError as exc:
+        report(exc.message, exc.code, as_json)
+    except _CLICK.ClickException as exc:  # with --json only: standalone, click reports them
+        report(exc.format_message(), exc.exit_code, as_json)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 GLOBAL_OPTIONS = ("--database", "--app", "--schema")

@@ -75,6 +75,7 @@ def purge(
     ctx: typer.Context,
     older_than: str = typer.Option(..., "--older-than", help="e.g. 30d, 12h, 0s"),
     status: list[str] | None = typer.Option(None, "--status", help="repeatable"),
+    workflow: str | None = typer.Option(None, "--workflow", help="only this workflow's runs"),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Delete finished runs older than --older-than, their steps and consumed signals."""
@@ -86,7 +87,7 @@ def purge(
     if wrong:
         fail(f"--status must be completed, failed or canceled, not {', '.join(wrong)}", 2)
     durably = options(ctx).load()
-    done = run(durably.purge(older_than, status or None), durably)
+    done = run(durably.purge(older_than, status or None, workflow=workflow), durably)
     if json_out:
         print_json(done)
     else:

@@ -6,8 +6,10 @@ from typing import Any
 
 import typer
 
+from ..client.durably import Durably
 from ..core.durations import parse_instant
-from ..core.errors import ConfigurationError
+from ..core.errors import ConfigurationError, InvalidInput
+from ..store.models import STATUSES
 from . import _render
 from ._common import fail, options, parse_json, print_json, run
 from ._progress import wait_with_progress
@@ -130,14 +132,13 @@ def list_runs(
     status: str | None = typer.Option(None, "--status"),
     workflow: str | None = typer.Option(None, "--workflow"),
     queue: str | None = typer.Option(None, "--queue", help="runs of this queue"),
-    stuck: bool = typer.Option(False, "--stuck", help="due runs nothing is taking"),
+    stuck: bool = typer.Option(False, "--stuck", help="due runs nothing is taking, and held runs"),
     limit: int = typer.Option(100, "--limit", min=1),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """List runs, newest first."""
-    statuses = ("pending", "running", "waiting", "completed", "failed", "canceled")
-    if status is not None and status not in statuses:
-        fail(f"--status must be one of {', '.join(statuses)}", 2)
+    if status is not None and status not in STATUSES:
+        fail(f"--status must be one of {', '.join(STATUSES)}", 2)
     durably = options(ctx).load(read_only=True)
 
     async def go() -> Any:
@@ -158,15 +159,24 @@ def list_runs(
 
 def show(
     ctx: typer.Context,
-    run_id: str = typer.Argument(..., help="a run id, or a unique prefix of 8+ characters"),
+    run_id: str | None = typer.Argument(None, help="a run id, or a unique prefix of 8+ characters"),
+    key: str | None = typer.Option(
+        None, "--key", help="instead of RUN_ID: the idempotency key the run was started with"
+    ),
+    workflow: str | None = typer.Option(
+        None, "--workflow", help="with --key: the run's workflow (when several have the key)"
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Show a run (its id, or 8+ first characters of it), its step attempts as a timeline
-    and the latest value of each event it set."""
+    """Show a run (its id, 8+ first characters of it, or --key), its step attempts as a
+    timeline and the latest value of each event it set."""
+    if (run_id is None) == (key is None) or (workflow is not None and key is None):
+        fail("show takes a run id or --key K (with --workflow W if several workflows have "
+             "that key)", 2)  # fmt: skip
     durably = options(ctx).load(read_only=True)
 
     async def go() -> Any:
-        found = await durably.run_id_from_prefix(run_id)
+        found = await _run_id(durably, run_id, key, workflow)
         return (await durably.get_run(found), await durably.list_steps(found),
                 await durably.list_events(found))  # fmt: skip
 
@@ -177,6 +187,17 @@ def show(
     else:
         _render.timeline(r, steps)
         _render.events(events)
+
+
+async def _run_id(durably: Durably, prefix: str | None, key: str | None,
+                  workflow: str | None) -> str:  # fmt: skip
+    if prefix is not None:
+        return await durably.run_id_from_prefix(prefix)
+    try:
+        handle = await durably.run_handle(idempotency_key=key, workflow=workflow)
+    except InvalidInput as exc:  # runs of several workflows have the key
+        fail(f"{exc} with --workflow", 2)
+    return handle.run_id
 
 
 def schedules(

@@ -15,7 +15,7 @@ from ..core import telemetry as _telemetry
 from ..core.clock import Clock
 from ..core.codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
 from ..core.durations import Duration, parse_duration, parse_instant
-from ..core.errors import ConfigurationError, InvalidInput, WorkflowNotFound
+from ..core.errors import ConfigurationError, InvalidInput, RunNotFound, WorkflowNotFound
 from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
 from ..store.endwatch import EndWatch
 from ..store.models import Run, StepAttempt
@@ -387,7 +387,8 @@ class App(OperatingApi):
         )
 
     async def cancel(self, run_id: str) -> Run:
-        """Cancel a run and its children; a step in flight is interrupted.
+        """Cancel a run and its children; a step in flight is interrupted. A held run
+        ends too; its undos run once code that matches its history claims it.
 
         Raises:
             RunNotFound: no such run.
@@ -416,12 +417,14 @@ class App(OperatingApi):
         offset: int = 0,
         created_after: datetime | None = None,
         queue: str | None = None,
+        idempotency_key: str | None = None,
     ) -> list[Run]:
-        """Runs, newest first, filtered by status, workflow name, queue and creation time."""
+        """Runs, newest first, filtered by status, workflow name, queue, creation time and
+        the idempotency key they were started with."""
         await self.open()
         return await self.store.list_runs(
             status=status, workflow=workflow, limit=limit, offset=offset,
-            created_after=created_after, queue=queue,
+            created_after=created_after, queue=queue, idempotency_key=idempotency_key,
         )  # fmt: skip
 
     async def queue_counts(self) -> list[dict[str, Any]]:
@@ -438,8 +441,9 @@ class App(OperatingApi):
         return next_ticks(self)
 
     async def list_stuck(self, limit: int = 100) -> list[Run]:
-        """Due runs that no live worker runs the (workflow, version) of, and runs that have
-        been due for over 30 s (workers are missing or saturated)."""
+        """Due runs that no live worker runs the (workflow, version) of, runs that have
+        been due for over 30 s (workers are missing or saturated), and held runs (their
+        replay did not match their history: the deployed code must be fixed)."""
         await self.open()
         return await self.store.list_stuck(limit, grace_s=30, alive_s=60)
 
@@ -449,8 +453,55 @@ class App(OperatingApi):
         return await self.store.list_tables()
 
     def handle(self, run_id: str) -> RunHandle[Any]:
-        """A handle on an existing run (its result is plain JSON; `Workflow.handle` types it)."""
+        """A handle on an existing run (its result is plain JSON; `Workflow.handle` types it).
+        Nothing is read: `run_handle` checks that the run exists."""
         return RunHandle(self, run_id)
+
+    async def run_handle(
+        self,
+        run_id: str | None = None,
+        *,
+        idempotency_key: str | None = None,
+        workflow: str | None = None,
+    ) -> RunHandle[Any]:
+        """A handle on the run with this id, or on the run this app's namespace started
+        with `idempotency_key` (a business id: `"order-42"`); `handle.run` is the run read.
+
+        Args:
+            run_id: the run's id; or, instead of it,
+            idempotency_key: the key the run was started with, and
+            workflow: the name of its workflow (needed when runs of several workflows
+                were started with that key).
+
+        Raises:
+            RunNotFound: no such run.
+            InvalidInput: runs of several workflows have that key and `workflow` is not given.
+
+        Example:
+            ```python
+            handle = await app.run_handle(idempotency_key="order-42", workflow="place-order")
+            await handle.result()
+            ```
+        """
+        if (run_id is None) == (idempotency_key is None) or (run_id and workflow):
+            raise TypeError("run_handle() takes a run id, or idempotency_key= (and workflow=)")
+        if run_id is not None:
+            handle = self.handle(run_id)
+            await handle.get()
+            return handle
+        await self.open()
+        found = await self.store.list_runs(
+            namespace=self.namespace, idempotency_key=idempotency_key, workflow=workflow
+        )  # one run per workflow at most: the key is unique per namespace and workflow
+        if not found:
+            of = f" of workflow {workflow!r}" if workflow else ""
+            raise RunNotFound(f"no run{of} with idempotency key {idempotency_key!r} in "
+                              f"namespace {self.namespace!r}")  # fmt: skip
+        if len(found) > 1:
+            names = ", ".join(sorted(r.workflow for r in found))
+            raise InvalidInput(f"idempotency key {idempotency_key!r} started runs of several "
+                               f"workflows ({names}): say which workflow")  # fmt: skip
+        return RunHandle(self, found[0].run_id, found[0])
 
     # ----------------------------------------------------------------- workers
 

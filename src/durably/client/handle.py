@@ -101,6 +101,7 @@ class RunHandle(Generic[Out]):
 
     async def wait(self, timeout: Duration | None = None) -> Run:
         """Wait until the run has ended (a canceled run: its compensations too); the run.
+        A held run has not ended: it waits for code that matches its history.
 
         Raises:
             WorkflowTimeoutError: `timeout` passed first.

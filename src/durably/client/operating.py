@@ -172,7 +172,11 @@ class OperatingApi:
     # ----------------------------------------------------------------- retention
 
     async def purge(
-        self, older_than: Duration = "30 days", status: list[str] | str | None = None
+        self,
+        older_than: Duration = "30 days",
+        status: list[str] | str | None = None,
+        *,
+        workflow: str | None = None,
     ) -> dict[str, int]:
         """Delete runs that finished more than `older_than` ago (`"0s"`: every finished
         run), with their steps, the signals they consumed and those left in their own
@@ -181,6 +185,8 @@ class OperatingApi:
         Args:
             older_than: how long a finished run is kept (by `finished_at`).
             status: only runs that ended so (default: completed, failed and canceled).
+            workflow: only runs of the workflow of this name (then signals that belong to
+                no run stay).
 
         Returns:
             `{"runs": N, "signals": N}`, how many were deleted.
@@ -193,4 +199,4 @@ class OperatingApi:
                 f"purge status must be among completed, failed, canceled, not {wrong or '[]'}"
             )
         await self.open()
-        return await self.operations.purge(older_s, statuses)
+        return await self.operations.purge(older_s, statuses, workflow=workflow)

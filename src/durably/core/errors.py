@@ -179,6 +179,21 @@ class DatabaseConflict(DatabaseUnavailable):
     may succeed."""
 
 
+# Failures that would repeat on every attempt: a value refused (an input its model no
+# longer accepts, a result JSON cannot hold), code that does not match its run's history,
+# the API misused (a forgotten await). No retry policy retries them.
+MISUSE = (InvalidInput, NonDeterminismError, WorkflowMisuseError)
+_MISUSE_NAMES = {c.__name__ for c in (*MISUSE, InvalidDuration, PayloadTooLarge)}
+
+
+def is_misuse(exc: BaseException) -> bool:
+    """Whether `exc` is a `MISUSE` failure, or a step's that failed with one (a step body
+    that returned a coroutine: it forgot an await)."""
+    if isinstance(exc, StepFailedError):
+        return exc.error.get("type") in _MISUSE_NAMES
+    return isinstance(exc, MISUSE)
+
+
 class NonRetryableError(Exception):
     """Raise from a step body to fail the step without further attempts."""
 

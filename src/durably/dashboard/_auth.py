@@ -31,6 +31,11 @@ class Auth:
         morsel = cookie.get(COOKIE)
         return morsel is not None and hmac.compare_digest(morsel.value, self.token)
 
+    def user(self, cookie_header: str | None) -> str | None:
+        """Who the request is logged in as, for the page's header: the token is the only
+        credential there is, so "token" (None: not logged in)."""
+        return "token" if self.logged_in(cookie_header) else None
+
     def allows(self, cookie_header: str | None, form: dict[str, str], origin: str | None,
                host: str | None) -> str | None:  # fmt: skip
         """None if the action may proceed, else why not."""

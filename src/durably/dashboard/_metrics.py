@@ -7,14 +7,15 @@ from typing import Any
 from ..client.durably import Durably
 
 _HELP = {
-    "durably_runs": ("gauge", "Runs by status."),
+    "durably_runs": ("gauge", "Runs by status (held: waiting for code that matches its history)."),
     "durably_step_attempts": ("gauge", "Step attempts by status."),
     "durably_queue_depth": ("gauge", "Runs that are due and not yet claimed."),
     "durably_claim_latency_seconds": ("gauge",
         "Mean time from creation to first claim, runs started in the last 5 minutes."),
     "durably_worker_last_heartbeat_age_seconds": ("gauge", "Seconds since each live worker "
                                                   "was last seen."),
-    "durably_queue_running": ("gauge", "Running runs of each queue (app.queue)."),
+    "durably_queue_running": ("gauge", "Runs of each queue (app.queue) holding a slot: "
+                              "running, or running their compensations."),
     "durably_queue_waiting": ("gauge", "Pending runs of each queue, waiting for a slot."),
 }  # fmt: skip
 _NAMES = {"runs": ("durably_runs", "status"), "steps": ("durably_step_attempts", "status"),
@@ -27,7 +28,15 @@ _NAMES = {"runs": ("durably_runs", "status"), "steps": ("durably_step_attempts",
 
 async def collect(app: Durably) -> list[dict[str, Any]]:
     await app.open()
-    return await app.store.metrics()
+    rows: list[dict[str, Any]] = list(await app.store.metrics())
+    # Every queue declared (in the database, or by this app): a sample even at zero.
+    queues = {q["name"]: q for q in await app.queue_counts()}
+    for name in app.queues:
+        queues.setdefault(name, {"running": 0, "waiting": 0})
+    for name, q in sorted(queues.items()):
+        rows.append({"metric": "queue_running", "label": name, "value": q["running"]})
+        rows.append({"metric": "queue_pending", "label": name, "value": q["waiting"]})
+    return rows
 
 
 def _label(value: str) -> str:

@@ -7,16 +7,15 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from ..store.models import Run, StepAttempt
+from ..store.models import STATUSES, Run, StepAttempt
 from . import _operating as ops
 
-STATUSES = ("pending", "running", "waiting", "completed", "failed", "canceled")
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;width:100%}td,th{padding:4px 8px;border-bottom:1px solid #ddd;
 text-align:left;vertical-align:top}a{color:#0645ad}.s-completed{color:#18794e}
 .s-failed{color:#c62828}.s-canceled{color:#8e24aa}.s-running{color:#0277bd}
-.s-waiting{color:#3949ab}.s-pending{color:#b26a00}.s-abandoned{color:#777}
+.s-waiting{color:#3949ab}.s-pending{color:#b26a00}.s-abandoned{color:#777}.s-held{color:#d84315}
 .bar{height:10px;background:#90caf9;position:relative}.lane{background:#f3f3f3;width:300px}
 .error{background:#fdecea;padding:8px;border:1px solid #c62828}.notice{background:#e8f5e9;
 padding:8px}form.inline{display:inline}pre{background:#f7f7f7;padding:6px;margin:0;
@@ -24,18 +23,20 @@ max-width:600px;overflow:auto}fieldset{margin:1em 0}
 """
 
 
-def page(title: str, body: str, message: str = "", error: str = "", refresh: int = 0) -> str:
-    """A whole page; with `refresh`, it reloads itself every that many seconds while
-    nobody is using a form on it."""
+def page(title: str, body: str, message: str = "", error: str = "", refresh: int = 0,
+         user: str | None = None) -> str:  # fmt: skip
+    """A whole page, its header saying who is logged in (`user`); with `refresh`, it
+    reloads itself every that many seconds while nobody is using a form on it."""
     flash = ""
     if error:
         flash = f'<p class="error" role="alert">{escape(error)}</p>'
     elif message:
         flash = f'<p class="notice" role="status">{escape(message)}</p>'
+    who = (f"<span id='user'>logged in: {escape(user)}</span>" if user
+           else "<a href='/login'>log in</a>")  # fmt: skip
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
             f"<style>{_CSS}</style></head><body data-refresh='{refresh}'>"
-            "<p><a href='/'>durably</a> · "
-            f"<a href='/login'>log in</a> · <a href='/metrics'>metrics</a></p>"
+            f"<p><a href='/'>durably</a> · {who} · <a href='/metrics'>metrics</a></p>"
             f"<h1>{escape(title)}</h1>{flash}{body}"
             "<script src='/refresh.js'></script></body></html>")  # fmt: skip
 
@@ -64,6 +65,8 @@ def run_list(runs: list[Run], filters: dict[str, str], offset: int, limit: int,
         f"value='{escape(filters.get('workflow', ''))}'></label> "
         f"<label>created in the last <input name='since' size='6' placeholder='1h' "
         f"value='{escape(filters.get('since', ''))}'></label> "
+        f"<label>idempotency key <input name='key' "
+        f"value='{escape(filters.get('key', ''))}'></label> "
         "<button type='submit'>filter</button></form>"
     )
     rows = "".join(
@@ -164,7 +167,7 @@ def timeline(run: Run, steps: list[StepAttempt]) -> str:
         result = _error(s.error) if s.error else _json(s.output)
         if s.child_run_id:
             child = escape(s.child_run_id)
-            result = f"child <a href='/runs/{child}'>{child}</a>{result}"
+            result = f"<div class='child'>child <a href='/runs/{child}'>{child}</a></div>{result}"
         rows.append(
             f"<tr><td>{escape(s.step)}</td><td>{escape(s.kind)}</td><td>{s.attempt}</td>"
             f"<td>{_status(s.status)}</td><td class='lane'><div class='bar' "
@@ -176,12 +179,12 @@ def timeline(run: Run, steps: list[StepAttempt]) -> str:
             + "".join(rows) + "</table>")  # fmt: skip
 
 
-def login(error: str = "") -> str:
+def login(error: str = "", user: str | None = None) -> str:
     form = ("<form method='post' action='/login' id='login'><label>token <input "
             "type='password' name='token'></label> <button type='submit'>log in</button></form>"
             "<p>The token was printed when the dashboard started "
             "(or set with DURABLY_DASHBOARD_TOKEN).</p>")  # fmt: skip
-    return page("log in", form, error=error)
+    return page("log in", form, error=error, user=user)
 
 
 def _error(error: dict[str, Any]) -> str:

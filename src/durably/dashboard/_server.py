@@ -14,6 +14,7 @@ from ..client.durably import Durably
 from ..core.codec import parse
 from ..core.durations import parse_duration
 from ..core.errors import DurablyError
+from ..store.models import STATUSES
 from . import _metrics, _operating, _pages
 from ._auth import Auth
 
@@ -80,6 +81,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _user(self) -> str | None:
+        return self.owner.auth.user(self.headers.get("Cookie"))
+
+    def _page(self, status: int, title: str, body: str, **options: Any) -> None:
+        """A whole page (see `_pages.page`), its header saying who is logged in."""
+        self._send(status, _pages.page(title, body, user=self._user(), **options))
+
     def _redirect(self, location: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(303)
         self.send_header("Location", location)
@@ -99,10 +107,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             action()
         except (DashboardError, DurablyError) as exc:
-            self._send(400, _pages.page("error", "", error=str(exc)))
+            self._page(400, "error", "", error=str(exc))
         except Exception:
             log.exception("dashboard request failed")
-            self._send(500, _pages.page("error", "", error="internal error; see the server log"))
+            self._page(500, "error", "", error="internal error; see the server log")
 
     # ---------------------------------------------------------------- routes
 
@@ -120,18 +128,18 @@ class _Handler(BaseHTTPRequestHandler):
         elif m := re.fullmatch(r"/runs/([0-9A-Za-z_-]+)", url.path):
             self._detail(m.group(1), query)
         elif url.path == "/login":
-            self._send(200, _pages.login())
+            self._send(200, _pages.login(user=self._user()))
         elif url.path == "/refresh.js":
             self._send(200, _operating.REFRESH_JS, "text/javascript; charset=utf-8")
         elif url.path == "/metrics":
             body = _metrics.render(self.owner.client.run(_metrics.collect(self.owner.app)))
             self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
         else:
-            self._send(404, _pages.page("not found", "", error=f"no page {url.path}"))
+            self._page(404, "not found", "", error=f"no page {url.path}")
 
     def _list(self, query: dict[str, str]) -> None:
         status = query.get("status") or None
-        if status is not None and status not in _pages.STATUSES:
+        if status is not None and status not in STATUSES:
             raise DashboardError(f"unknown status {status!r}")
         since = None
         if query.get("since"):
@@ -147,15 +155,23 @@ class _Handler(BaseHTTPRequestHandler):
             offset=offset,
             created_after=since,
             queue=query.get("queue") or None,
+            idempotency_key=query.get("key") or None,
         )
-        filters = {k: query[k] for k in ("status", "workflow", "since", "queue") if query.get(k)}
+        filters = {k: query[k] for k in ("status", "workflow", "since", "queue", "key")
+                   if query.get(k)}  # fmt: skip
         workflows = sorted({name for name, _ in self.owner.app.workflows})
         queues = self.owner.client.run(self.owner.app.queue_counts())
         body = _pages.queue_table(queues) + _pages.run_list(
             runs, filters, offset, PAGE, workflows, self.owner.auth.csrf()
         )
-        self._send(200, _pages.page("runs", body, message=query.get("message", ""),
-                                    error=query.get("error", ""), refresh=10))  # fmt: skip
+        self._page(
+            200,
+            "runs",
+            body,
+            message=query.get("message", ""),
+            error=query.get("error", ""),
+            refresh=10,
+        )
 
     def _detail(self, run_id: str, query: dict[str, str]) -> None:
         client = self.owner.client
@@ -164,15 +180,20 @@ class _Handler(BaseHTTPRequestHandler):
         events = client.list_events(run_id)
         completed = len(client.run(client.app.operations.log_entries(run)))
         body = _pages.run_detail(run, steps, self.owner.auth.csrf(), events, completed)
-        self._send(200, _pages.page(f"run {run_id}", body, message=query.get("message", ""),
-                                    refresh=0 if run.done else 5))  # fmt: skip
+        self._page(
+            200,
+            f"run {run_id}",
+            body,
+            message=query.get("message", ""),
+            refresh=0 if run.done else 5,
+        )
 
     def _post(self) -> None:
         url = urlsplit(self.path)
         form = self._form()
         if url.path == "/login":
             if form.get("token") != self.owner.auth.token:
-                self._send(403, _pages.login(error="wrong token"))
+                self._send(403, _pages.login(error="wrong token", user=self._user()))
                 return
             self._redirect("/?message=logged+in", {"Set-Cookie": self.owner.auth.cookie_header()})
             return
@@ -181,7 +202,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers.get("Cookie"), form, headers.get("Origin"), headers.get("Host")
         )
         if why is not None:
-            self._send(403, _pages.page("refused", "", error=why))
+            self._page(403, "refused", "", error=why)
             return
         client = self.owner.client
         if m := re.fullmatch(r"/runs/([0-9A-Za-z_-]+)/cancel", url.path):
@@ -208,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
                 f"/?message=signal+{'delivered' if result['delivered_to'] else 'buffered'}"
             )
         else:
-            self._send(404, _pages.page("not found", "", error=f"no action {url.path}"))
+            self._page(404, "not found", "", error=f"no action {url.path}")
 
     def _operate(self, run_id: str, action: str, form: dict[str, str]) -> None:
         client = self.owner.client

@@ -11,7 +11,8 @@ child, a retry back-off) the run parks, and the next claim replays from the star
 
 The engine's own failures never reach workflow code: a lost lease, a failed engine write,
 a shutdown or a cancel stop the execution (nothing more of the workflow runs), and a
-non-deterministic or misused workflow is poisoned (it is never driven again; the run fails).
+non-deterministic or misused workflow is poisoned (it is never driven again). A misused one
+fails; one whose replay does not match its history (a deploy mistake) is held (`_hold`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from ..core.errors import (
     StepLimitExceeded,
     WorkflowMisuseError,
     describe,
+    is_misuse,
+    message,
 )
 from ..store.confirm import ClaimConfirmation
 from ..store.history import History, Recorded
@@ -63,6 +66,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durably.worker")
 
+# A held run is claimed again after HOLD_FIRST_S, doubled at each hold in a row, at most
+# HOLD_MAX_S: code that matches its history, once deployed, takes it within that.
+HOLD_FIRST_S = 1.0
+HOLD_MAX_S = 300.0
+
+
+def hold_delay(holds: int) -> float:
+    """The back-off after the `holds`-th hold in a row (1, 2, 4 ... 300 s)."""
+    return min(HOLD_FIRST_S * 2.0 ** min(holds - 1, 30), HOLD_MAX_S)
+
 
 class Execution(LiveWaits, Lifecycles):
     """One claim of one run, from replay to park or finish."""
@@ -82,6 +95,7 @@ class Execution(LiveWaits, Lifecycles):
         heartbeat: Callable[[], Coroutine[Any, Any, None]],
         confirm: ClaimConfirmation | None = None,
         max_history_bytes: int = DEFAULT_MAX_HISTORY,
+        hold_mismatches: bool = True,
     ) -> None:
         self.store = store
         self._confirm = confirm
@@ -115,6 +129,8 @@ class Execution(LiveWaits, Lifecycles):
         self.replaying = True
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
+        self.mismatch: NonDeterminismError | None = None  # the replay check's, not the user's
+        self.hold_mismatches = hold_mismatches  # else a mismatch fails the run
         self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
         self.compensations: list[tuple[int, Command]] = []
@@ -204,7 +220,7 @@ class Execution(LiveWaits, Lifecycles):
         try:
             rec = self.history.at(self._position, name, kind)
         except NonDeterminismError as exc:
-            self.poison(exc)
+            self.mismatched(exc)
             raise
         cmd = cmd_factory(self._position)
         cmd.recorded = rec
@@ -235,6 +251,13 @@ class Execution(LiveWaits, Lifecycles):
             self.fatal = error
         self.log.wake_gated()
         self._changed.set()
+
+    def mismatched(self, error: NonDeterminismError) -> None:
+        """The replay check found the code does not match the history: poisoned, and
+        the run is held rather than failed (unless something else poisoned it first)."""
+        if self.fatal is None:
+            self.mismatch = error
+        self.poison(error)
 
     # --------------------------------------------------------------- the log's reader
 
@@ -377,7 +400,7 @@ class Execution(LiveWaits, Lifecycles):
                 continue
             cmd = self.commands.get(rec.position)
             if cmd is None:
-                self.poison(NonDeterminismError(
+                self.mismatched(NonDeterminismError(
                     rec.position, rec.describe(), "no step there (the code did not reach it)"
                 ))  # fmt: skip
                 return
@@ -422,6 +445,9 @@ class Execution(LiveWaits, Lifecycles):
                 with contextlib.suppress(Exception):
                     await self.store.release(self.lease)
             return
+        if self.mismatch is not None and self.hold_mismatches:
+            await self._hold(self.mismatch, stop)
+            return
         if main is None and stop is None:  # parked
             return
         if self.collect_only or (stop is not None and stop.status == "canceled"):
@@ -454,10 +480,9 @@ class Execution(LiveWaits, Lifecycles):
             return
         error = main.exception()
         if error is not None:
-            # A value refused (signal data or a result that does not fit its type, data
-            # JSON cannot hold) is refused again by every attempt, which replays it: the
-            # run fails for good, as one whose input does not fit does.
-            await self._fail(error, retry=not isinstance(error, InvalidInput))
+            # A misuse, or a value refused (signal data that does not fit its type), is
+            # refused again by every attempt, which replays it: the run fails for good.
+            await self._fail(error, retry=not is_misuse(error))
             return
         forgotten = [c for c in self.commands.values()
                      if not c.awaited and not _cancelled_issuer(c)]  # fmt: skip
@@ -488,6 +513,32 @@ class Execution(LiveWaits, Lifecycles):
         log.warning("run %s failed: %s: %s", self.run_id, described["type"], described["message"])
         await self._compensate()
         await self._finish("failed", error=described)
+
+    async def _hold(self, error: NonDeterminismError, stop: Stop | None) -> None:
+        """The code does not match the run's history (a deploy mistake, SPEC §4.2): the
+        run is held, not failed. Nothing is undone (the code cannot say which undo belongs
+        to which step), no attempt is spent; its waits and children stay as they are, and a
+        claim of code that matches goes on from its history, a cancel or a deadline passed
+        included. A canceled run with nothing left to undo simply ends."""
+        canceled = self.collect_only or (stop is not None and stop.status == "canceled")
+        if canceled and not self.history.undos_left():
+            await self._finish("canceled")
+            return
+        await self.log.write_in_flight()
+        holds = (self.row.get("holds") or 0) + 1
+        delay = hold_delay(holds)
+        described = describe(error) | {
+            "message": f"{message(error)} The run is held, not failed: it is claimed again "
+                       f"in {delay:g}s (hold {holds} in a row) and goes on once the deployed "
+                       "code matches its history; `durably cancel` ends it.",
+            "position": error.position, "expected": error.expected, "found": error.found,
+            "holds": holds, "retry_in_s": delay,
+        }  # fmt: skip
+        log.warning("run %s held (hold %d in a row, claimed again in %gs): %s", self.run_id,
+                    holds, delay, message(error))  # fmt: skip
+        self.concluded = True
+        available = await self.store.hold(self.lease, described, delay)
+        self.on_park((available - self.now()).total_seconds())
 
     async def _compensate(self) -> None:
         """Run each completed step's undo once, newest first (durably: recorded steps).

@@ -25,11 +25,11 @@ from typing import Any, TypeVar
 from ..core import telemetry as _telemetry
 from ..core.codec import decode
 from ..core.errors import (
-    InvalidInput,
     NonRetryableError,
     StepFailedError,
     StepTimeout,
     describe,
+    is_misuse,
     user_failure,
 )
 from ..core.retry import RetryPolicy
@@ -192,7 +192,7 @@ async def _failed(
     error = describe(exc)
     x.history.failed(cmd.position)
     failures = x.history.failures(cmd.position)
-    final = isinstance(exc, NonRetryableError | InvalidInput) or failures >= policy.max_attempts
+    final = isinstance(exc, NonRetryableError) or is_misuse(exc) or failures >= policy.max_attempts
     if final:
         log.warning("run %s: step %r failed for good after %d attempts: %s: %s",
                     x.run_id, cmd.name, failures, error["type"], error["message"])  # fmt: skip

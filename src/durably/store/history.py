@@ -186,6 +186,16 @@ class History:
     def failed(self, position: int) -> None:
         self._failures[position] = self._failures.get(position, 0) + 1
 
+    def undos_left(self) -> bool:
+        """Whether a completed step has an undo (`compensate=`) not yet run."""
+        done = self.compensations_done()
+        return any(rec.completed and rec.compensable and pos not in done
+                   for pos, rec in self._latest.items() if pos > 0)  # fmt: skip
+
+    def compensations_done(self) -> set[int]:
+        """Positions whose compensation (recorded at -(p + 1)) has completed."""
+        return {-pos - 1 for pos, rec in self._latest.items() if pos < 0 and rec.completed}
+
 
 def cut_signal_waits(
     entries: list[dict[str, Any]], workflow_attempt: int, resumes: Iterable[int]

@@ -9,6 +9,8 @@ from typing import Any
 from ..backends import Row
 from ..core.codec import decode
 
+# `held`: its replay did not match its history; it waits for code that does (SPEC §4.2).
+STATUSES = ("pending", "running", "waiting", "held", "completed", "failed", "canceled")
 TERMINAL = frozenset({"completed", "failed", "canceled"})
 
 

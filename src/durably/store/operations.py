@@ -161,15 +161,17 @@ class Operations:
     # ----------------------------------------------------------------- retention
 
     async def purge(
-        self, older_s: float, statuses: list[str], batch: int = PURGE_BATCH
-    ) -> dict[str, int]:
-        """Delete finished runs in batches of `batch`, one short transaction each."""
+        self, older_s: float, statuses: list[str], batch: int = PURGE_BATCH,
+        workflow: str | None = None,
+    ) -> dict[str, int]:  # fmt: skip
+        """Delete finished runs (of `workflow`, if given) in batches of `batch`, one short
+        transaction each."""
         done = {"runs": 0, "signals": 0}
         while True:
             async with self.db.transaction() as tx:
                 picked = await tx.fetch(
                     "purge_pick", namespace=self.store.namespace, older_s=older_s,
-                    statuses=statuses, batch=batch,
+                    statuses=statuses, batch=batch, workflow=workflow,
                 )  # fmt: skip
                 ids = [r["id"] for r in picked]
                 if ids:
@@ -178,7 +180,7 @@ class Operations:
                     done["runs"] += len(await tx.fetch("purge_runs", ids=ids))
             if len(ids) < batch:
                 break
-        if set(statuses) == TERMINAL:  # signals that no run will ever consume
+        if set(statuses) == TERMINAL and workflow is None:  # signals no run will consume
             while True:
                 gone = await self.db.fetch(
                     "purge_signals", namespace=self.store.namespace, older_s=older_s,

@@ -113,10 +113,14 @@ class Store(RunEnds, Sends, GiveBacks):
         offset: int = 0,
         created_after: datetime | None = None,
         queue: str | None = None,
+        idempotency_key: str | None = None,
+        namespace: str | None = None,
     ) -> list[Run]:
+        """Runs, newest first, of every namespace unless `namespace` is given."""
         rows = await self.db.fetch(
             "list_runs", status=status, workflow=workflow, limit=limit, due_before=due_before,
             offset=offset, created_after=created_after, queue=queue,
+            idempotency_key=idempotency_key, namespace=namespace,
         )  # fmt: skip
         return [Run.from_row(r) for r in rows]
 
@@ -361,6 +365,16 @@ class Store(RunEnds, Sends, GiveBacks):
         )  # fmt: skip
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} while parking it")
+        return rows[0]["available_at"]  # type: ignore[no-any-return]
+
+    async def hold(self, lease: Lease, error: dict[str, Any], delay_s: float) -> datetime:
+        """Let go of a run whose replay did not match its history (SPEC §4.2): `held`
+        with `error`, claimable again in `delay_s` (a canceled run stays canceled)."""
+        rows = await self.db.fetch(
+            "hold_run", **lease.params(), error=encode(error, "error"), delay_s=delay_s
+        )
+        if not rows:
+            raise LeaseLostError(f"lost the lease on run {lease.run_id} while holding it")
         return rows[0]["available_at"]  # type: ignore[no-any-return]
 
     async def release(self, lease: Lease) -> None:

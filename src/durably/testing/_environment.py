@@ -39,6 +39,10 @@ class Environment:
             time-skipping environment does.
         concurrency: the in-process worker's slots.
 
+    A replay that does not match the run's history fails the run here, with the
+    `NonDeterminismError` (the code under test is the only code: it is not deterministic),
+    where a worker in production holds the run for a fix (SPEC §4.2).
+
     Example:
         ```python
         async with Environment(app) as env:
@@ -85,6 +89,10 @@ class Environment:
             await self._rebind()
             await app.open()
             self._worker = app.worker(self.concurrency, poll_interval="1s")
+            # Here the code under test is the only code: a replay that does not match its
+            # history is that code's non-determinism, so the run fails with it (a held run
+            # would be claimed again at each back-off, skipped, forever).
+            self._worker.hold_mismatches = False
             await self._worker.__aenter__()
         except BaseException:
             await self._restore()
@@ -178,6 +186,7 @@ class Environment:
             await asyncio.wait([change], timeout=min(left, _FALLBACK_S))
 
     async def _idle(self) -> tuple[bool, datetime | None]:
+        executed = self.worker.executed
         if self.worker.running:
             return False, None
         if await self.app.list_runs(status="running", limit=1):
@@ -188,8 +197,10 @@ class Environment:
         # A due run of a queue is not in `next_due` (it waits for a slot), and neither is a
         # run whose claim is in flight: a claim round begun after this look that claims
         # nothing proves that no run is due but held back by a limit, which only a run
-        # ending frees.
-        return await self.worker.claim_round(), next_at
+        # ending frees. A claim in flight during the look may have brought a run (whose
+        # lease is in `next_at`) that then parked before the round ended: `executed` says so.
+        quiet = await self.worker.claim_round()
+        return quiet and self.worker.executed == executed, next_at
 
     async def _advance(self, seconds: float) -> None:
         # The worker's queue declarations are dated by the database's clock: renewed past

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from ..backends import Row
@@ -10,6 +11,8 @@ from ..store.confirm import ClaimConfirmation
 from ..store.queues import QueueClaims
 from .byname import Served, served
 from .host import Host
+
+log = logging.getLogger("durably.worker")
 
 
 class Claimer:
@@ -69,6 +72,11 @@ class Claimer:
             for source in await self.queues.foreign(sorted(queued), self._pairs()):
                 if len(rows) < free:
                     rows += await self._claim_queue(source, free - len(rows))
+        for row, _ in rows:
+            if row["taken_from"] is not None:
+                log.info("run %s (%s@%s): taken over from worker %s, whose lease expired "
+                         "(attempt %d)", row["id"], row["workflow"], row["version"],
+                         row["taken_from"], row["attempts"])  # fmt: skip
         return rows
 
     async def _claim_unqueued(self, want: int) -> list[tuple[Row, ClaimConfirmation | None]]:

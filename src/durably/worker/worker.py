@@ -118,8 +118,12 @@ class Worker:
         self._watchers: list[asyncio.Future[None]] = []  # see `next_change`
         self._round_waiters: list[asyncio.Future[bool]] = []  # see `claim_round`
         self._claiming = False  # the claim loop runs
+        self.executed = 0  # runs this worker has begun to execute (see `claim_round`)
         self._early = EarlyCancels(self.lease_s)
         self._asks: set[asyncio.Task[None]] = set()  # renewals of runs canceled early
+        # A replay that does not match its history holds the run (SPEC §4.2); durably.testing
+        # fails it instead: there the code under test is the only code.
+        self.hold_mismatches = True
 
     # --------------------------------------------------------------- lifecycle
 
@@ -242,7 +246,8 @@ class Worker:
     def claim_round(self) -> asyncio.Future[bool]:
         """A future of the next claim round, begun after this call: True if it claimed
         nothing while no run was executing. `durably.testing` asks for one to tell due runs
-        a queue's limit holds back (none claimed) from due runs not claimed yet."""
+        a queue's limit holds back (none claimed) from due runs not claimed yet; with
+        `executed` unchanged since its look, no claim in flight then got a run either."""
         future = asyncio.get_running_loop().create_future()
         if not self._claiming:
             future.set_result(False)  # no round will come
@@ -333,9 +338,11 @@ class Worker:
             self.app.store, wf, row, self.worker_id, self.app.clock, self._threads,
             self.app.max_payload, self.app.max_step_attempts, self._recorder, self._wake_at,
             lambda: self._renew([run_id]), confirm, self.app.max_history_bytes,
+            self.hold_mismatches,
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
         self.running[run_id] = (execution, task)
+        self.executed += 1
         self._claimer.started(run_id, row.get("queue"))
         self._lease_until[run_id] = asyncio.get_running_loop().time() + self.lease_s
         task.add_done_callback(lambda _: self._finished(run_id, task))

@@ -218,7 +218,8 @@ async def test_time_read_outside_ctx_now_is_named_as_the_usual_cause(db_url: str
 
     async with changed, changed.worker():
         await changed.send_signal("go")
-        run = await changed.handle(handle.run_id).wait(timeout=scaled(20))
+        await eventually(lambda: _status(changed, handle.run_id, "held"), what="the hold")
+        run = await changed.get_run(handle.run_id)
     error = run.error or {}
     assert error.get("type") == "NonDeterminismError", run
     assert "history has value step 'now'" in error["message"], error

@@ -215,6 +215,11 @@ async def test_a_run_in_flight_across_the_migration_to_json_completes(
         return app
 
     old = build()
+    await old.migrate()
+    # This code's park also writes `holds` (0019), which the release it stands in for did
+    # not: the column, as 0019 adds it (IF NOT EXISTS), for the code to park the run with.
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await conn.execute("ALTER TABLE durably.runs ADD COLUMN holds integer NOT NULL DEFAULT 0")
     async with old, old.worker(concurrency=1):
         handle = await old.get_workflow("across").start({"bb": 2, "a": -0.0})
         await eventually(lambda: _waiting(old, handle.run_id), what="the run to wait")

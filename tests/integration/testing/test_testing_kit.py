@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime, timedelta
 
 import psycopg
 import pytest
 
-from durably import ConfigurationError, Durably, WorkflowContext
+from durably import ConfigurationError, Durably, RunFailedError, WorkflowContext
 from durably.testing import Environment
 
 
@@ -69,6 +70,28 @@ async def test_ctx_now_reads_the_skipped_clock(env_db: str) -> None:
         before, after = map(datetime.fromisoformat, await handle.result(timeout="20s"))
         assert timedelta(days=2) <= after - before < timedelta(days=2, minutes=1)
         assert after <= env.now()
+
+
+async def test_workflow_code_that_replays_differently_fails_its_run(env_db: str) -> None:
+    """In an environment the code under test is the only code: a replay that does not
+    match is its own non-determinism, and the run fails with it (a worker elsewhere holds
+    such a run for a fix; here, its back-off skipped, it would be claimed without end)."""
+    app, names = Durably(), itertools.count()
+
+    async def one() -> int:
+        return 1
+
+    @app.workflow(name="drifts", version="v1")
+    async def drifts(ctx: WorkflowContext) -> int:
+        await ctx.step.run(f"step-{next(names)}", one)  # a name that changes at each replay
+        await ctx.step.sleep("nap", "1 day")
+        return 1
+
+    async with Environment(app, database=env_db, auto_skip=True):
+        handle = await drifts.start()
+        with pytest.raises(RunFailedError, match=r"NonDeterminismError.*'step-0'.*'step-1'"):
+            await handle.result(timeout="20s")
+        assert (await handle.get()).status == "failed"
 
 
 async def test_a_signal_sent_before_skipping_wins(sqlite_url: str) -> None:

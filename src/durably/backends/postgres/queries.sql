@@ -91,6 +91,8 @@ WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:due_before AS timestamptz) IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
   AND (CAST(:created_after AS timestamptz) IS NULL OR created_at >= :created_after)
+  AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
+  AND (CAST(:idempotency_key AS text) IS NULL OR idempotency_key = :idempotency_key)
 ORDER BY created_at DESC, id
 LIMIT :limit OFFSET :offset;
 
@@ -136,6 +138,8 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 -- A run a thin client started by name (version '', max_attempts 0: `records.NEWEST`) is
 -- read through the worker's pair (name, '') and bound here, in the claim's own write, to
 -- the pair's `binds` version and `max_attempts` (SET reads the row as it was).
+-- `taken_from`: the worker whose lease on the run expired (a takeover), as the lock read
+-- it; NULL when no worker held the run (new, parked, released or retried).
 WITH quick AS MATERIALIZED (
     SELECT set_config('synchronous_commit', 'off', true)
 ), lapsed AS MATERIALIZED (
@@ -148,9 +152,9 @@ WITH quick AS MATERIALIZED (
                          CAST(:binds AS text[]), CAST(:max_attempts AS integer[]))
         AS p(workflow, version, binds, max_attempts)
 ), cand AS (
-    SELECT c.id, c.available_at FROM pairs p
+    SELECT c.id, c.available_at, c.worker_id FROM pairs p
     CROSS JOIN LATERAL (
-        SELECT r.id, r.available_at FROM {schema}.runs r
+        SELECT r.id, r.available_at, r.worker_id FROM {schema}.runs r
         WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
           AND r.available_at <= now() AND r.queue IS NULL  -- queued runs: claim_queue
           AND r.id <> ALL(CAST(:held AS text[]))
@@ -159,9 +163,9 @@ WITH quick AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) c
     UNION ALL
-    SELECT o.id, o.available_at FROM pairs p CROSS JOIN lapsed
+    SELECT o.id, o.available_at, o.worker_id FROM pairs p CROSS JOIN lapsed
     CROSS JOIN LATERAL (
-        SELECT r.id, r.available_at FROM {schema}.runs r
+        SELECT r.id, r.available_at, r.worker_id FROM {schema}.runs r
         WHERE r.namespace = :namespace AND r.workflow = p.workflow AND r.version = p.version
           AND r.queue = lapsed.name AND r.available_at <= now()
           AND r.id <> ALL(CAST(:held AS text[]))
@@ -170,12 +174,13 @@ WITH quick AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) o
 ), due AS (
-    SELECT cand.id FROM cand ORDER BY cand.available_at LIMIT :limit
+    SELECT cand.id, cand.worker_id FROM cand ORDER BY cand.available_at LIMIT :limit
 ), claimed AS (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
         worker_id = :worker_id,
-        status = CASE WHEN r.status IN ('pending', 'waiting') THEN 'running' ELSE r.status END,
+        status = CASE WHEN r.status IN ('pending', 'waiting', 'held') THEN 'running' ELSE r.status END,
+        error = CASE WHEN r.status = 'held' THEN NULL ELSE r.error END,  -- see hold_run
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
@@ -193,7 +198,8 @@ WITH quick AS MATERIALIZED (
     RETURNING r.*
 )
 SELECT claimed.*, now() AS db_now,
-    {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
+    {schema}.claimed_history(claimed.id) AS history,  -- read once the run is locked (0012)
+    (SELECT due.worker_id FROM due WHERE due.id = claimed.id) AS taken_from
 FROM claimed CROSS JOIN quick;
 
 -- name: next_due
@@ -355,7 +361,8 @@ UPDATE {schema}.runs SET
     available_at = CASE WHEN wake_requested THEN now()
                         ELSE LEAST(CAST(:wake_at AS timestamptz), deadline_at) END,
     wake_at = :wake_at, waiting_for = :waiting_for, error = CAST(:error AS jsonb),
-    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, holds = 0,
+    updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running') IS TRUE
 RETURNING available_at;
@@ -367,11 +374,29 @@ UPDATE {schema}.runs SET
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
+-- name: hold_run
+-- A replay that did not match the run's history (SPEC §4.2): the run is let go of as it is
+-- (its waits, its children, its attempts), `held`, claimable again after `:delay_s`. Its
+-- deadline does not bring that forward: a deadline passed is enforced (with the undos) by
+-- the claim of code that matches, never by the code that cannot replay it. A canceled run
+-- whose undos the code could not replay (canceled before this claim, or during it) stays
+-- canceled, with the cancel's error, still to be compensated. The hold's error is the
+-- run's until a claim takes it.
+UPDATE {schema}.runs SET
+    status = CASE WHEN status = 'running' THEN 'held' ELSE status END,
+    error = CASE WHEN status = 'running' THEN CAST(:error AS jsonb) ELSE error END,
+    holds = holds + 1,
+    available_at = now() + :delay_s * interval '1 second',
+    wake_requested = false, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating)
+RETURNING available_at;
+
 -- name: retry_run
 UPDATE {schema}.runs SET
     status = 'pending', attempts = attempts + 1, error = CAST(:error AS jsonb),
     available_at = LEAST(now() + :delay_s * interval '1 second', deadline_at),
-    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    worker_id = NULL, lease_expires_at = NULL, holds = 0, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND (status = 'running') IS TRUE
 RETURNING id;
@@ -556,7 +581,7 @@ FROM done;
 -- Children to cancel because their parent ended first.
 SELECT id FROM {schema}.runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
-  AND (status IN ('pending', 'running', 'waiting')) IS TRUE;
+  AND (status IN ('pending', 'running', 'waiting', 'held')) IS TRUE;
 
 -- name: lock_tree
 -- Before a run's tree changes (a cancel; a parent's end that cancels its children): the
@@ -576,7 +601,7 @@ WITH RECURSIVE tree AS (
 )
 SELECT r.id, r.status FROM {schema}.runs r
 WHERE r.id = ANY(ARRAY(SELECT id FROM tree UNION ALL SELECT parent_run_id FROM tree WHERE id = :run_id))
-  AND (r.id = :run_id OR (r.status IN ('pending', 'running', 'waiting')) IS TRUE)
+  AND (r.id = :run_id OR (r.status IN ('pending', 'running', 'waiting', 'held')) IS TRUE)
 ORDER BY r.id
 FOR NO KEY UPDATE;
 
@@ -612,7 +637,7 @@ WITH RECURSIVE tree AS (  -- read as in lock_tree
             THEN now() END,
         lease_expires_at = CASE WHEN COALESCE(r.lease_expires_at > now(), false) THEN r.lease_expires_at END
     WHERE r.id = ANY(ARRAY(SELECT id FROM tree))
-      AND (r.status IN ('pending', 'running', 'waiting')) IS TRUE
+      AND (r.status IN ('pending', 'running', 'waiting', 'held')) IS TRUE
     RETURNING r.id, r.parent_run_id, r.worker_id
 ), attempts AS (
     UPDATE {schema}.step_attempts a SET status = 'canceled', finished_at = now()
@@ -636,7 +661,7 @@ FROM canceled;
 
 -- name: expire_deadline
 UPDATE {schema}.runs SET available_at = now()
-WHERE id = :run_id AND status IN ('pending', 'waiting') AND deadline_at <= now()
+WHERE id = :run_id AND status IN ('pending', 'waiting', 'held') AND deadline_at <= now()
 RETURNING id;
 
 -- name: lock_signal
@@ -732,13 +757,16 @@ SELECT * FROM {schema}.workers ORDER BY started_at;
 
 -- name: list_stuck
 -- plan: each call
+-- Held runs (they wait for code that matches their history: runs_status), and due runs.
+SELECT r.* FROM {schema}.runs r WHERE r.status = 'held'
+UNION ALL
 SELECT r.* FROM {schema}.runs r
 WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
   AND (r.available_at <= now() - :grace_s * interval '1 second'
        OR NOT EXISTS (SELECT 1 FROM {schema}.workers w
                       WHERE w.last_seen_at > now() - :alive_s * interval '1 second'
                         AND w.workflows @> jsonb_build_array(jsonb_build_array(r.workflow, r.version))))
-ORDER BY r.available_at
+ORDER BY available_at
 LIMIT :limit;
 
 -- name: metrics
@@ -753,10 +781,7 @@ UNION ALL
 SELECT 'claim_latency_avg', '', COALESCE(avg(EXTRACT(EPOCH FROM started_at - created_at)), 0)
 FROM {schema}.runs WHERE started_at > now() - interval '5 minutes'
 UNION ALL
-SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers
-UNION ALL
-SELECT 'queue_' || r.status, r.queue, count(*)::float8 FROM {schema}.runs r
-WHERE r.queue IS NOT NULL AND r.status IN ('running', 'pending') GROUP BY r.queue, r.status;
+SELECT 'worker_seen_age', id, EXTRACT(EPOCH FROM now() - last_seen_at) FROM {schema}.workers;
 
 -- name: record_many
 -- Group commit: step records of several runs held by one worker, as a JSON array. A row
@@ -874,8 +899,9 @@ SELECT name FROM locked;
 -- every limit. Only runs that become `running` take a slot, only first claims count
 -- against the rate. A queue is one per schema, its limits shared by every namespace (see
 -- `_queues`): its room counts the runs of all of them.
--- Claimed rows, their abandoned attempts and history: as in `claim`. If fitting runs
--- were left for lack of this worker's slots, other workers are told.
+-- Claimed rows, their abandoned attempts, history and `taken_from`: as in `claim` (a run
+-- taken over is one of the holders). If fitting runs were left for lack of this worker's
+-- slots, other workers are told.
 WITH q AS (
     SELECT * FROM {schema}.queues WHERE name = :queue
 ), busy AS (
@@ -900,7 +926,7 @@ WITH q AS (
         WHERE room.slots > 0 AND r.namespace = :namespace AND r.workflow = p.workflow
           AND r.version = p.version AND r.queue IS NOT NULL AND r.queue = :queue
           AND r.available_at <= now() AND r.id <> ALL(CAST(:held AS text[]))  -- see claim
-          AND r.status IN ('pending', 'waiting')
+          AND r.status IN ('pending', 'waiting', 'held')
           AND (room.per_key IS NULL OR r.concurrency_key IS NULL
                OR COALESCE((SELECT n FROM busy WHERE k = r.concurrency_key), 0) < room.per_key)
         ORDER BY r.priority DESC, r.available_at
@@ -910,7 +936,7 @@ WITH q AS (
 ), holders AS (
     -- Runs that already hold their slot: a lease that expired, a canceled run's
     -- compensations. A full queue must still let them be taken over.
-    SELECT r.id, r.priority, r.available_at, r.concurrency_key
+    SELECT r.id, r.priority, r.available_at, r.concurrency_key, r.worker_id
     FROM {schema}.runs r
     WHERE r.queue = :queue AND r.status IN ('running', 'canceled') AND r.available_at <= now()
       AND r.namespace = :namespace AND r.id <> ALL(CAST(:held AS text[]))
@@ -921,7 +947,7 @@ WITH q AS (
 ), cand AS (
     SELECT takers.*, true AS takes FROM takers
     UNION ALL
-    SELECT holders.*, false, false FROM holders
+    SELECT id, priority, available_at, concurrency_key, false, false FROM holders
 ), keyed AS (
     SELECT cand.*, row_number() OVER (PARTITION BY concurrency_key, takes
         ORDER BY priority DESC, available_at, id) AS key_rank
@@ -941,7 +967,8 @@ WITH q AS (
     UPDATE {schema}.runs r SET
         fence = r.fence + 1,
         worker_id = :worker_id,
-        status = CASE WHEN r.status IN ('pending', 'waiting') THEN 'running' ELSE r.status END,
+        status = CASE WHEN r.status IN ('pending', 'waiting', 'held') THEN 'running' ELSE r.status END,
+        error = CASE WHEN r.status = 'held' THEN NULL ELSE r.error END,  -- see hold_run
         attempts = GREATEST(r.attempts, 1),
         lease_expires_at = now() + :lease * interval '1 second',
         available_at = now() + :lease * interval '1 second',
@@ -954,7 +981,8 @@ WITH q AS (
     SELECT pg_notify(:channel, 'run') FROM (SELECT 1 FROM due WHERE n > :limit LIMIT 1) AS x
 )
 SELECT claimed.*, now() AS db_now, (SELECT count(*) FROM notified) AS notified,
-    {schema}.claimed_history(claimed.id) AS history  -- read once the run is locked (0012)
+    {schema}.claimed_history(claimed.id) AS history,  -- read once the run is locked (0012)
+    (SELECT h.worker_id FROM holders h WHERE h.id = claimed.id) AS taken_from
 FROM claimed;
 
 -- name: foreign_queues
@@ -1117,8 +1145,9 @@ DELETE FROM {schema}.signals WHERE namespace = :namespace AND id = :id RETURNING
 SELECT r.id FROM {schema}.runs r
 WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s * interval '1 second'
   AND r.status = ANY(CAST(:statuses AS text[])) AND NOT r.compensating
+  AND (CAST(:workflow AS text) IS NULL OR r.workflow = :workflow)
   AND NOT EXISTS (SELECT 1 FROM {schema}.runs p WHERE p.id = r.parent_run_id
-                  AND (p.status IN ('pending', 'running', 'waiting')) IS TRUE)
+                  AND (p.status IN ('pending', 'running', 'waiting', 'held')) IS TRUE)
 ORDER BY r.finished_at
 LIMIT :batch
 FOR UPDATE SKIP LOCKED;

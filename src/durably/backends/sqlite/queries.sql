@@ -42,6 +42,8 @@ WHERE (:status IS NULL OR status = :status)
   AND (:due_before IS NULL
        OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
   AND (:created_after IS NULL OR created_at >= :created_after)
+  AND (:namespace IS NULL OR namespace = :namespace)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
 ORDER BY created_at DESC, id
 LIMIT :limit OFFSET :offset;
 
@@ -57,9 +59,9 @@ WHERE run_id = :run_id ORDER BY started_at, id;
 
 -- name: claim
 UPDATE {schema}_runs SET
-    fence = fence + 1,
-    worker_id = :worker_id,
-    status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
+    fence = fence + 1,  -- worker_id: set last (see below)
+    status = CASE WHEN status IN ('pending', 'waiting', 'held') THEN 'running' ELSE status END,
+    error = CASE WHEN status = 'held' THEN NULL ELSE error END,  -- see hold_run
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
     available_at = now() + :lease,
@@ -120,9 +122,12 @@ SELECT r.*, now() AS db_now,
         'workflow_attempt', workflow_attempt, 'seq', seq,
         'delivered', delivered_at IS NOT NULL))
      FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
-           ORDER BY position, attempt)) AS history
+           ORDER BY position, attempt)) AS history,
+    -- Still the previous holder's, whose lease expired (a takeover; NULL: no worker held
+    -- the run): the claimer's comes after it, and replaces it in the row.
+    r.worker_id AS taken_from, :worker_id AS worker_id
 FROM {schema}_runs r WHERE claim_token = :token;
-UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
+UPDATE {schema}_runs SET worker_id = :worker_id, claim_token = NULL WHERE claim_token = :token;
 
 -- name: next_due
 -- See the PostgreSQL twin: unqueued runs of the namespace, and its runs of a queue no
@@ -236,7 +241,8 @@ UPDATE {schema}_runs SET
                         ELSE min(coalesce(:wake_at, deadline_at), coalesce(deadline_at, :wake_at))
                    END,
     wake_at = :wake_at, waiting_for = :waiting_for, error = :error,
-    wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, holds = 0,
+    updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
 RETURNING available_at;
@@ -248,11 +254,22 @@ UPDATE {schema}_runs SET
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
 RETURNING id;
 
+-- name: hold_run
+-- See the PostgreSQL twin.
+UPDATE {schema}_runs SET
+    status = CASE WHEN status = 'running' THEN 'held' ELSE status END,
+    error = CASE WHEN status = 'running' THEN :error ELSE error END, holds = holds + 1,
+    available_at = now() + :delay_s,
+    wake_requested = 0, worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND (status = 'running' OR compensating)
+RETURNING available_at;
+
 -- name: retry_run
 UPDATE {schema}_runs SET
     status = 'pending', attempts = attempts + 1, error = :error,
     available_at = min(now() + :delay_s, coalesce(deadline_at, now() + :delay_s)),
-    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+    worker_id = NULL, lease_expires_at = NULL, holds = 0, updated_at = now()
 WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
   AND lease_expires_at > now() AND status = 'running'
 RETURNING id;
@@ -364,7 +381,7 @@ RETURNING id, 0 AS notified;
 -- name: live_children
 SELECT id FROM {schema}_runs
 WHERE parent_run_id = :run_id AND parent_close = 'cancel'
-  AND status IN ('pending', 'running', 'waiting');
+  AND status IN ('pending', 'running', 'waiting', 'held');
 
 -- name: lock_tree
 -- The transaction's IMMEDIATE transaction already holds the database's write lock.
@@ -380,7 +397,7 @@ WITH RECURSIVE tree(id) AS (
     WHERE c.parent_close = 'cancel'
 )
 UPDATE {schema}_runs SET claim_token = :token
-WHERE id IN (SELECT id FROM tree) AND status IN ('pending', 'running', 'waiting');
+WHERE id IN (SELECT id FROM tree) AND status IN ('pending', 'running', 'waiting', 'held');
 UPDATE {schema}_step_attempts SET status = 'canceled', finished_at = now()
 WHERE status = 'running' AND run_id IN (SELECT id FROM {schema}_runs WHERE claim_token = :token);
 UPDATE {schema}_runs SET
@@ -411,7 +428,7 @@ RETURNING id, 0 AS attempts, 0 AS notified;
 
 -- name: expire_deadline
 UPDATE {schema}_runs SET available_at = now()
-WHERE id = :run_id AND status IN ('pending', 'waiting') AND deadline_at <= now()
+WHERE id = :run_id AND status IN ('pending', 'waiting', 'held') AND deadline_at <= now()
 RETURNING id;
 
 -- name: lock_signal
@@ -427,7 +444,7 @@ WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency
 -- name: send_signal
 -- See PostgreSQL's. The runs reached are marked with :token while the signal is stored.
 UPDATE {schema}_runs SET claim_token = :token
-WHERE namespace = :namespace AND status IN ('pending', 'running', 'waiting')
+WHERE namespace = :namespace AND status IN ('pending', 'running', 'waiting', 'held')
   AND (:run_id IS NULL OR id = :run_id)
   AND id IN (SELECT run_id FROM {schema}_step_attempts
              WHERE kind = 'signal-wait' AND status = 'running' AND signal = :name
@@ -521,6 +538,9 @@ RETURNING id;
 SELECT * FROM {schema}_workers ORDER BY started_at;
 
 -- name: list_stuck
+-- Held runs (they wait for code that matches their history: runs_held), and due runs.
+SELECT r.* FROM {schema}_runs r WHERE r.status = 'held'
+UNION ALL
 SELECT r.* FROM {schema}_runs r
 WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
   AND (r.available_at <= now() - :grace_s
@@ -528,7 +548,7 @@ WHERE r.available_at <= now() AND r.status IN ('pending', 'waiting', 'running')
                       WHERE w.last_seen_at > now() - :alive_s
                         AND json_extract(j.value, '$[0]') = r.workflow
                         AND json_extract(j.value, '$[1]') = r.version))
-ORDER BY r.available_at
+ORDER BY available_at
 LIMIT :limit;
 
 -- name: metrics
@@ -543,10 +563,7 @@ UNION ALL
 SELECT 'claim_latency_avg', '', coalesce(avg(started_at - created_at), 0)
 FROM {schema}_runs WHERE started_at > now() - 300
 UNION ALL
-SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers
-UNION ALL
-SELECT 'queue_' || status, queue, count(*) FROM {schema}_runs
-WHERE queue IS NOT NULL AND status IN ('running', 'pending') GROUP BY queue, status;
+SELECT 'worker_seen_age', id, now() - last_seen_at FROM {schema}_workers;
 
 -- name: record_many
 -- Group commit (see the PostgreSQL twin); a completed record is never overwritten.
@@ -618,9 +635,9 @@ SELECT name FROM {schema}_queues WHERE name = :queue;
 -- due candidates of the namespace per served (workflow, version), and of those the first
 -- that fit every limit.
 UPDATE {schema}_runs SET
-    fence = fence + 1,
-    worker_id = :worker_id,
-    status = CASE WHEN status IN ('pending', 'waiting') THEN 'running' ELSE status END,
+    fence = fence + 1,  -- worker_id: set last (see below)
+    status = CASE WHEN status IN ('pending', 'waiting', 'held') THEN 'running' ELSE status END,
+    error = CASE WHEN status = 'held' THEN NULL ELSE error END,  -- see hold_run
     attempts = max(attempts, 1),
     lease_expires_at = now() + :lease,
     available_at = now() + :lease,
@@ -647,7 +664,7 @@ WHERE id IN (
             SELECT x.id FROM {schema}_runs x
             WHERE x.namespace = :namespace AND x.workflow = w.value AND x.version = v.value
               AND x.queue IS NOT NULL AND x.queue = :queue AND x.available_at <= now()
-              AND x.status IN ('pending', 'waiting')
+              AND x.status IN ('pending', 'waiting', 'held')
               AND x.id NOT IN (SELECT value FROM json_each(:held))  -- still executing here
               AND ((SELECT per_key FROM room) IS NULL OR x.concurrency_key IS NULL
                    OR coalesce((SELECT n FROM busy WHERE k = x.concurrency_key), 0)
@@ -690,9 +707,12 @@ SELECT r.*, now() AS db_now,
         'workflow_attempt', workflow_attempt, 'seq', seq,
         'delivered', delivered_at IS NOT NULL))
      FROM (SELECT * FROM {schema}_step_attempts s WHERE s.run_id = r.id
-           ORDER BY position, attempt)) AS history
+           ORDER BY position, attempt)) AS history,
+    -- Still the previous holder's, whose lease expired (a takeover; NULL: no worker held
+    -- the run): the claimer's comes after it, and replaces it in the row.
+    r.worker_id AS taken_from, :worker_id AS worker_id
 FROM {schema}_runs r WHERE claim_token = :token;
-UPDATE {schema}_runs SET claim_token = NULL WHERE claim_token = :token;
+UPDATE {schema}_runs SET worker_id = :worker_id, claim_token = NULL WHERE claim_token = :token;
 
 -- name: foreign_queues
 -- See the PostgreSQL twin.
@@ -827,8 +847,9 @@ DELETE FROM {schema}_signals WHERE namespace = :namespace AND id = :id RETURNING
 SELECT r.id FROM {schema}_runs r
 WHERE r.namespace = :namespace AND r.finished_at <= now() - :older_s
   AND r.status IN (SELECT value FROM json_each(:statuses)) AND NOT r.compensating
+  AND (:workflow IS NULL OR r.workflow = :workflow)
   AND NOT EXISTS (SELECT 1 FROM {schema}_runs p WHERE p.id = r.parent_run_id
-                  AND p.status IN ('pending', 'running', 'waiting'))
+                  AND p.status IN ('pending', 'running', 'waiting', 'held'))
 ORDER BY r.finished_at
 LIMIT :batch;
 

@@ -1,0 +1,127 @@
+"""The dashboard over plain HTTP (no browser): finding runs, the header, /metrics."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from durably import Durably
+from durably.dashboard import Dashboard
+from durably.store.queues import QueueClaims
+from tests.helpers import scaled
+from tests.pgcluster import free_port
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=scaled(10)) as resp:
+        return str(resp.read().decode())
+
+
+@pytest.fixture
+def served(db_url: str) -> Iterator[tuple[str, Durably]]:
+    app = Durably(db_url)
+
+    @app.workflow(name="order")
+    async def order(ctx: Any, n: int) -> int:
+        return n
+
+    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        app.sync.close()
+
+
+def test_the_run_list_finds_a_run_by_its_idempotency_key(served: tuple[str, Durably]) -> None:
+    base, app = served
+    wanted = app.sync.start("order", 1, idempotency_key="order-42", available_at="+1h")
+    other = app.sync.start("order", 2, idempotency_key="order-43", available_at="+1h")
+    page = _get(base + "/?key=order-42")
+    assert wanted.run_id in page and other.run_id not in page
+    assert "name='key' value='order-42'" in page  # the search stays in its field
+    assert wanted.run_id in _get(base + "/?key=order-42&workflow=order")
+    assert wanted.run_id not in _get(base + "/?key=order-42&status=failed")
+
+
+def _get_as(url: str, token: str) -> str:
+    request = urllib.request.Request(url, headers={"Cookie": f"durably_token={token}"})
+    with urllib.request.urlopen(request, timeout=scaled(10)) as resp:
+        return str(resp.read().decode())
+
+
+def test_the_header_says_who_is_logged_in(served: tuple[str, Durably]) -> None:
+    base, _ = served
+    anonymous = _get(base + "/")
+    assert "<a href='/login'>log in</a>" in anonymous and "logged in" not in anonymous
+    header = _get_as(base + "/", "t0ken").split("<h1>")[0]
+    assert "<span id='user'>logged in: token</span>" in header, header
+    assert "logged in" not in _get_as(base + "/", "wrong").split("<h1>")[0]
+
+
+def test_a_child_link_is_an_element_of_its_own(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="child")
+    async def child(ctx: Any) -> None:
+        raise RuntimeError("out of stock")
+
+    @app.workflow(name="parent")
+    async def parent(ctx: Any) -> None:
+        await ctx.step.run_workflow(child, None)
+
+    async def family() -> tuple[str, str]:
+        async with app.worker(poll_interval="50ms"):
+            handle = await parent.start()
+            await handle.wait(timeout=scaled(10))
+        [step] = [s for s in await app.list_steps(handle.run_id) if s.child_run_id]
+        assert step.child_run_id is not None and step.error is not None
+        return handle.run_id, step.child_run_id
+
+    parent_id, child_id = app.sync.run(family())
+    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
+    try:
+        page = _get(f"http://127.0.0.1:{port}/runs/{parent_id}")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        app.sync.close()
+    link = f"<a href='/runs/{child_id}'>{child_id}</a>"
+    assert f"<div class='child'>child {link}</div>" in page
+    assert f"{link}ChildWorkflowError" not in page and "out of stock" in page
+
+
+def test_metrics_have_samples_for_every_declared_queue(db_url: str) -> None:
+    app = Durably(db_url)
+    app.queue("idle", concurrency=2)  # declared by the app alone: no run, no worker
+    busy = app.queue("busy", concurrency=1)
+
+    @app.workflow(name="fetch", queue=busy)
+    async def fetch(ctx: Any) -> None:
+        return None
+
+    elsewhere = Durably(db_url)  # a worker of another app declared its queue
+    remote = elsewhere.queue("remote", concurrency=1)
+
+    async def declare() -> None:
+        async with elsewhere:
+            await QueueClaims(elsewhere.store).declare([remote])
+
+    app.sync.run(declare())
+    app.sync.start("fetch", None)
+    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
+    try:
+        metrics = _get(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        app.sync.close()
+    assert 'durably_queue_waiting{queue="busy"} 1.0' in metrics
+    assert 'durably_queue_running{queue="busy"} 0.0' in metrics
+    for queue in ("idle", "remote"):
+        for gauge in ("running", "waiting"):
+            assert f'durably_queue_{gauge}{{queue="{queue}"}} 0.0' in metrics, metrics
