@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import typer
@@ -107,9 +108,13 @@ def signal(
     if not (result["duplicate"] or result["delivered_to"] or run_id):
         # A typo in the name shows here, not as a run waiting forever (stdout stays the
         # one document; the exit code says the send worked, which it did).
-        typer.echo(f"warning: no run is waiting for signal {name!r}: it is buffered until "
-                   f"one waits for it (a typo in the name? `durably signals --name {name}` "
-                   "lists it)", err=True)  # fmt: skip
+        warning = (f"no run is waiting for signal {name!r}: it is buffered until one "
+                   f"waits for it (a typo in the name? `durably signals --name {name}` "
+                   "lists it)")  # fmt: skip
+        if json_out:  # as an error is with --json: one JSON line on stderr
+            typer.echo(json.dumps({"warning": warning}), err=True)
+        else:
+            typer.echo(f"warning: {warning}", err=True)
 
 
 def cancel(
