@@ -14,10 +14,16 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self, TypeVar
+
+if TYPE_CHECKING:
+    from durably import Durably
+
+T = TypeVar("T")
 
 
 def _slowness() -> float:
@@ -138,3 +144,35 @@ def run_command(module: str, args: tuple[str, ...], env: dict[str, str], cwd: An
         raise AssertionError(f"{module} {' '.join(args)} exited {done.returncode}:\n"
                              f"{done.stdout}\n{done.stderr}")  # fmt: skip
     return done
+
+
+class AppThread:
+    """An app and a worker on an event loop of their own, in a thread, for a whole test:
+    hypothesis runs each example as a plain call (`run`), which a pytest-asyncio test
+    cannot (its loop is the test's)."""
+
+    def __init__(self, app: Durably, concurrency: int = 4) -> None:
+        self.app = app
+        self._concurrency = concurrency
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with self.app, self.app.worker(concurrency=self._concurrency):
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        assert self._ready.wait(scaled(30)), "the engine did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(scaled(30))
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """`coro`'s result, run on the app's loop."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(scaled(60))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.conftest import APP, Procs
+from tests.helpers import eventually_sync
 from tests.processes import Processes
 
 
@@ -183,3 +184,29 @@ def test_start_wait_says_why_a_run_failed(procs: Procs) -> None:
     assert done.returncode == 1, done
     assert "failed" in done.stdout
     assert "boom attempt 3" in done.stderr, done.stderr
+
+
+def test_a_signal_no_run_waits_for_warns_on_stderr(procs: Procs) -> None:
+    # issue 31 item 7: a typo in a signal's name was buffered in silence.
+    typo = procs.cli("signal", "donwload-done:s1", "--data", "1", "--json")
+    assert json.loads(typo.stdout) == {"delivered_to": [], "buffered": True, "duplicate": False}
+    [line] = typo.stderr.splitlines()  # with --json, one JSON line, as an error is
+    assert json.loads(line)["warning"].startswith("no run is waiting for signal 'donwload-done:s1'")
+    human = procs.cli("signal", "donwload-done:s2")
+    assert "buffered" in human.stdout and "warning: no run is waiting" in human.stderr
+    again = procs.cli("signal", "k", "--idempotency-key", "k1")
+    assert "warning" in again.stderr
+    assert procs.cli("signal", "k", "--idempotency-key", "k1", "--json").stderr == ""
+    # Addressed to a run: it reached one (buffered for its next wait), nothing to warn of.
+    run_id = procs.json("start", "acquire", "--input", '{"id": "s3"}', "--available-at",
+                        "+1h")["run_id"]  # fmt: skip
+    addressed = procs.cli("signal", "download-done:s3", "--run", run_id, "--json")
+    assert json.loads(addressed.stdout)["buffered"] and addressed.stderr == ""
+    # Delivered to a waiting run: no warning.
+    procs.worker("W")
+    waiting = procs.json("start", "acquire", "--input", '{"id": "s4"}')["run_id"]
+    eventually_sync(lambda: procs.json("show", waiting)["run"]["status"] == "waiting",
+                    timeout=20, what="the run waiting for its signal")  # fmt: skip
+    delivered = procs.cli("signal", "download-done:s4", "--data", '{"ok": true}', "--json")
+    assert json.loads(delivered.stdout)["delivered_to"] == [waiting]
+    assert delivered.stderr == ""

@@ -106,3 +106,35 @@ def test_random_programs_end_as_uninterrupted_ones_despite_kills(
             assert all(fence <= rec.fence for _, fence in runs_of), (name, runs_of, report)
             earlier = [w for w, fence in runs_of if fence < rec.fence]
             assert set(earlier) <= killed, (name, runs_of, killed, report)
+
+
+@pytest.mark.parametrize("workflow", ["values", "values-sync"])
+def test_values_read_before_a_kill_are_replayed_by_the_worker_that_takes_over(
+    procs: Procs, client: SyncDurably, tmp_path: Path, workflow: str
+) -> None:
+    """ctx.now(), ctx.random() and ctx.uuid4() read before a step are durable before it
+    starts: killed while that step runs, the run's next owner replays the same values, so
+    the step runs again with what it was handed the first time (issue 31 item 5)."""
+    marker = tmp_path / "use-may-finish"
+    a = procs.worker("A", *LEASE, **APP)
+    run_id = client.start(workflow, str(marker)).run_id
+
+    def starts() -> list[tuple[str, str]]:
+        return [(r[2], r[3].removeprefix("start:")) for r in seed.read_ledger(procs.url)
+                if r[0] == run_id and r[1] == "use"]  # fmt: skip
+
+    eventually_sync(lambda: bool(starts()), timeout=20, what="step 'use' running on A")
+    os.killpg(a.pid, signal.SIGKILL)
+    a.wait(timeout=scaled(30))
+    procs.worker("B", *LEASE, **APP)
+    eventually_sync(lambda: len(starts()) == 2, timeout=30, what="step 'use' run again on B")
+    marker.touch()
+    run = client.wait(run_id, timeout=scaled(30))
+    assert run.status == "completed", run.error
+    read = "|".join(run.output[:3])
+    assert starts() == [("A", read), ("B", read)]
+    recorded = [s for s in client.list_steps(run_id) if s.kind == "value"]
+    assert [s.step for s in recorded] == ["now", "random", "uuid4", "uuid4"]
+    assert [s.worker_id for s in recorded] == ["A", "A", "A", "B"]
+    now, rand, first, last = (s.output for s in recorded)
+    assert [now, repr(rand), first, last] == run.output

@@ -15,7 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from durably import NonRetryableError, RetryPolicy, StepContext
+from durably import (
+    NonRetryableError,
+    RetryPolicy,
+    StepContext,
+    SyncWorkflowContext,
+    WorkflowContext,
+)
 from tests.apps.seed import app, ledger
 
 Node = list[Any]
@@ -154,3 +160,28 @@ def slow_copy(ctx: StepContext, marker: str) -> str:
 async def pair(ctx: Any, marker: str) -> Any:
     """A fast step beside a slow sibling: the fast one's record must not wait for it."""
     return await ctx.gather(ctx.step.run("charge", charge), ctx.step.run("copy", slow_copy, marker))
+
+
+def use_values(ctx: StepContext, marker: str, token: str) -> str:
+    """Logs the values it was handed, then waits for `marker` (a worker can be killed here)."""
+    ledger(ctx, f"start:{token}")
+    while not Path(marker).exists():
+        ctx.raise_if_cancelled()
+        time.sleep(0.01)
+    return token
+
+
+@app.workflow(name="values", version="v1")
+async def values(ctx: WorkflowContext, marker: str) -> list[str]:
+    """Values read before a step that uses them, and one more after it."""
+    read = [ctx.now().isoformat(), repr(ctx.random()), str(ctx.uuid4())]
+    await ctx.step.run("use", use_values, marker, "|".join(read))
+    return [*read, str(ctx.uuid4())]
+
+
+@app.workflow(name="values-sync", version="v1")
+def values_sync(ctx: SyncWorkflowContext, marker: str) -> list[str]:
+    """`values` as a sync workflow."""
+    read = [ctx.now().isoformat(), repr(ctx.random()), str(ctx.uuid4())]
+    ctx.step.run("use", use_values, marker, "|".join(read))
+    return [*read, str(ctx.uuid4())]

@@ -78,3 +78,11 @@ def test_a_queue_checks_its_own_options() -> None:
     assert wf.new_run({"id": "o1"}, max_payload=1000, concurrency_key="k").queue == "q"
     with pytest.raises(InvalidInput):
         wf.new_run({"id": "o1"}, max_payload=1000, priority=1)
+
+
+@pytest.mark.parametrize("fn", [str, int, len, dict.fromkeys], ids=repr)
+def test_a_builtin_without_a_signature_can_be_a_step_body(fn: Any) -> None:
+    # `ctx.step.run("s", str, x)` failed the run: inspect.signature(str) raises ValueError.
+    from durably.workflow.commands import signature
+
+    assert signature(fn) == (False, Any, False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import typer
@@ -100,10 +101,20 @@ def signal(
         typer.echo("duplicate: this idempotency key was sent before; nothing new was sent")
     elif result["delivered_to"]:
         typer.echo(f"delivered to {', '.join(result['delivered_to'])}")
-    else:  # name the buffer: a typo in the name shows here, not as a run waiting forever
-        typer.echo(f"buffered: no run is waiting for {name!r}; the next "
-                   f"wait_for_signal({name!r}) receives it (`durably signals --name "
-                   f"{name}` lists it)")  # fmt: skip
+    elif run_id is not None:
+        typer.echo(f"buffered for run {run_id}: its next wait_for_signal({name!r}) receives it")
+    else:
+        typer.echo(f"buffered: the next wait_for_signal({name!r}) receives it")
+    if not (result["duplicate"] or result["delivered_to"] or run_id):
+        # A typo in the name shows here, not as a run waiting forever (stdout stays the
+        # one document; the exit code says the send worked, which it did).
+        warning = (f"no run is waiting for signal {name!r}: it is buffered until one "
+                   f"waits for it (a typo in the name? `durably signals --name {name}` "
+                   "lists it)")  # fmt: skip
+        if json_out:  # as an error is with --json: one JSON line on stderr
+            typer.echo(json.dumps({"warning": warning}), err=True)
+        else:
+            typer.echo(f"warning: {warning}", err=True)
 
 
 def cancel(

@@ -32,6 +32,11 @@ class Client(Protocol):
 
     async def create_run(self, new: NewRun, connection: Any = None) -> tuple[Run, bool]: ...
 
+    async def send_signal(
+        self, name: str, data: Any = None, *, idempotency_key: str | None = None,
+        run_id: str | None = None,
+    ) -> dict[str, Any]: ...  # fmt: skip
+
 
 class RunHandle(Generic[Out]):
     """A started run: ask its status, wait for its result, cancel it.
@@ -64,6 +69,35 @@ class RunHandle(Generic[Out]):
     async def cancel(self) -> Run:
         """Cancel the run (see `Durably.cancel`)."""
         return await self.app.cancel(self.run_id)
+
+    async def signal(
+        self, name: str, data: Any = None, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Send signal `name` to this run only (`Durably.send_signal` with `run_id=`): its
+        wait for `name` receives it, or, none waiting yet, its next one does (no other
+        run's wait takes it).
+
+        `idempotency_key` de-duplicates sends of signal `name` whichever run they address,
+        as `Durably.send_signal`'s does: a key that holds the run id keeps sends to two
+        runs apart.
+
+        Returns:
+            `{"delivered_to": [this run's id] or [], "buffered": bool, "duplicate": bool}`
+
+        Raises:
+            RunTerminalError: the run has finished.
+            RunNotFound: there is no such run (purged).
+            InvalidInput: `data` has no JSON form, or `name` is blank.
+
+        Example:
+            ```python
+            handle = await place_order.start(order)
+            await handle.signal(f"approval:{order.id}", {"approved": True, "by": "ana"})
+            ```
+        """
+        return await self.app.send_signal(
+            name, data, idempotency_key=idempotency_key, run_id=self.run_id
+        )
 
     async def wait(self, timeout: Duration | None = None) -> Run:
         """Wait until the run has ended (a canceled run: its compensations too); the run.

@@ -99,10 +99,11 @@ class NonDeterminismError(DurablyError):
     def __init__(self, position: int, expected: str, found: str) -> None:
         super().__init__(
             f"non-deterministic replay at step position {position}: history has "
-            f"{expected}, the code now calls {found}. Usual causes: the code changed "
-            "under a run in flight (register the change as a new version, or branch on "
-            "ctx.patched()), or workflow code that reads the time, randomness or I/O "
-            "outside a step (do that in ctx.step.run)."
+            f"{expected}, the code now calls {found}. The usual cause is time, randomness "
+            "or I/O in workflow code, outside a step (datetime.now(), random, "
+            "uuid.uuid4(), a file, the network): use ctx.now(), ctx.random(), "
+            "ctx.uuid4(), or do it in ctx.step.run. Or the code changed under a run in "
+            "flight: register the change as a new version, or branch on ctx.patched()."
         )
         self.position = position
         self.expected = expected

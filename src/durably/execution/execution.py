@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends import Row
 from ..core import telemetry as _telemetry
 from ..core.clock import Clock
-from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode, validate
+from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode
 from ..core.errors import (
     BaseFailure,
     DatabaseUnavailable,
@@ -49,7 +49,7 @@ from ..store.history import History, Recorded
 from ..store.recorder import StepRecorder
 from ..store.records import Lease, PendingStep, RunEnd
 from ..store.store import Store
-from ..workflow.commands import Command, error_for, never_awaited
+from ..workflow.commands import Command, error_for, never_awaited, recorded_value, typed
 from ..workflow.context import WorkflowContext
 from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
@@ -129,7 +129,6 @@ class Execution(LiveWaits, Lifecycles):
         self.replaying = True
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
-        self._bad_input: InvalidInput | None = None  # the stored input does not fit
         self.mismatch: NonDeterminismError | None = None  # the replay check's, not the user's
         self.hold_mismatches = hold_mismatches  # else a mismatch fails the run
         self._drop_error: BaseException | None = None  # the fatal a dropped step made
@@ -276,7 +275,7 @@ class Execution(LiveWaits, Lifecycles):
                 cmd.future.set_exception(outcome.error)
             else:
                 try:
-                    value = _typed(cmd, outcome.value)
+                    value = typed(cmd, outcome.value)
                 except Exception as exc:  # InvalidInput, or a validator's own error
                     cmd.future.set_exception(exc)
                 except BaseException as exc:  # a validator is user code (SPEC §4.20)
@@ -291,6 +290,13 @@ class Execution(LiveWaits, Lifecycles):
 
     def marker_pending(self, position: int) -> None:
         self.log.marker_pending(position)
+
+    def value_pending(self, cmd: Command, output_json: str) -> None:
+        self.history_bytes += len(output_json)
+        attempt = self.new_attempt(cmd.position, spend=False)  # a value is no attempt
+        self.log.value_pending(cmd, PendingStep(
+            cmd.position, attempt, cmd.name, cmd.kind, "completed", output_json=output_json
+        ))  # fmt: skip
 
     async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None:
         if self.stop is not None and self.stop.status is not None:
@@ -398,7 +404,7 @@ class Execution(LiveWaits, Lifecycles):
                     rec.position, rec.describe(), "no step there (the code did not reach it)"
                 ))  # fmt: skip
                 return
-            value = None if rec.kind == "sleep" else rec.output
+            value = recorded_value(rec)
             self._replayed_seq = rec.seq or 0
             if rec.kind == "compensate":
                 self._took(cmd, rec)
@@ -478,7 +484,9 @@ class Execution(LiveWaits, Lifecycles):
             return
         error = main.exception()
         if error is not None:
-            await self._fail(error, retry=error is not self._bad_input and not is_misuse(error))
+            # A misuse, or a value refused (signal data that does not fit its type), is
+            # refused again by every attempt, which replays it: the run fails for good.
+            await self._fail(error, retry=not is_misuse(error))
             return
         forgotten = [c for c in self.commands.values()
                      if not c.awaited and not _cancelled_issuer(c)]  # fmt: skip
@@ -592,10 +600,13 @@ class Execution(LiveWaits, Lifecycles):
         wf = self.workflow
         try:
             value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
-        except InvalidInput as exc:
-            # Written unvalidated by a thin client (`app.start` by name): every attempt
-            # would fail alike, so none is retried.
-            self._bad_input = exc
+        except Exception as exc:  # InvalidInput, or a validator's own error
+            # The stored input does not fit the code's model (a field added by a deploy,
+            # or written unvalidated by a thin client: `app.start` by name): that is the
+            # run's failure, for good (every attempt would fail alike). The code never
+            # started, so replay must not report the steps it did not reach as a
+            # non-determinism.
+            self.poison(exc)
             raise
         if wf.sync:
             return await self._call_sync_workflow(value)
@@ -624,12 +635,6 @@ class Execution(LiveWaits, Lifecycles):
         driver.args = (ctx, value) if wf.takes_input else (ctx,)
         self._sync = driver
         return await driver.main()
-
-
-def _typed(cmd: Command, value: Any) -> Any:
-    if cmd.result_type is Any:
-        return value
-    return validate(cmd.result_type, value, "a step result")
 
 
 def _cancelled_issuer(cmd: Command) -> bool:

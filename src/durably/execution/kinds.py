@@ -12,6 +12,7 @@ from .compensations import run_compensate_now
 from .events import run_set_event
 from .patching import record_marker
 from .steps import run_function, run_transaction
+from .values import record_value
 from .waits import run_child, run_send_signal, run_signal_wait, run_sleep
 
 Lifecycle = Callable[[Claimed, Command, Any], Awaitable[None]]
@@ -25,6 +26,7 @@ LIFECYCLES: dict[str, Lifecycle] = {
     "event": run_set_event,
     "child": run_child,
     "patch": record_marker,
+    "value": record_value,
     "compensate": run_compensate_now,
 }
 

@@ -48,6 +48,9 @@ class Lifecycles:
     def _start_issued(self) -> None:
         if self.replaying or self.collect_only or self.fatal or self.stop:
             return
+        # Values the pass read join the records it followed, still waiting for their
+        # statement: now, before the recorder's turn sends them (`RunLog.send_values`).
+        self.log.send_values()
         commands, self._to_start = self._to_start, []
         for cmd in commands:
             self._spawn(cmd, self._lifecycle(cmd))

@@ -98,6 +98,8 @@ class RunLog:
         self._durable_waiter: asyncio.Future[None] | None = None
         self._outbox: dict[int, tuple[Command, Outcome]] = {}
         self._markers: set[int] = set()  # positions of patch markers not durable yet
+        self._values: dict[int, tuple[Command, PendingStep]] = {}  # read, not sent yet
+        self._sent_values: dict[int, tuple[PendingStep, asyncio.Future[str]]] = {}  # not durable
 
     def undelivered(self) -> bool:
         """Outcomes are yet to reach the workflow (known, or still to be known)."""
@@ -155,6 +157,58 @@ class RunLog:
     def marker_durable(self, position: int) -> None:
         self._markers.discard(position)
         self.wake_gated()
+
+    def value_pending(self, cmd: Command, step: PendingStep) -> None:
+        """The workflow read a new value (`ctx.now()`, ...) at `cmd`'s position: it is
+        to be recorded, and holds back what is issued after it, as a patch marker does."""
+        self._values[cmd.position] = (cmd, step)
+        self.marker_pending(cmd.position)
+
+    def send_values(self) -> None:
+        """Send the values read so far as the next entries of the log, in position order,
+        each as soon as it can go: when every record it may depend on (those up to its
+        gate, and the values read before it) is durable or still waits in the recorder for
+        its statement, which the value then joins. Values read in a pass that followed a
+        result thus ride in that result's statement: they cost no round trip of their own.
+        A value durable without one it depends on would replay beside a fresh one the code
+        may branch on differently; one that cannot go yet (a patch marker before it is not
+        durable, a record it depends on is being written) goes once they are, from its
+        lifecycle (`value_durable`), and those after it wait for it."""
+        for position in sorted(self._values):
+            cmd, step = self._values[position]
+            if any(m < position for m in self._markers if m not in self._sent_values):
+                return  # a patch marker, or a value not sent yet, must be durable first
+            behind = [s for seq, s in self._in_flight.items()
+                      if seq <= cmd.gate or s.position in self._sent_values]  # fmt: skip
+            if behind and not self._recorder.waiting(behind):
+                return
+            del self._values[position]
+            step.seq = self.reserve()
+            self.publish(step.seq, cmd, cmd.future.result(), record=step)
+            cmd.recording = True
+            sent = self._recorder.send(self._lease, step)
+            sent.add_done_callback(_retrieved)  # its lifecycle may be cancelled unstarted
+            self._sent_values[position] = (step, sent)
+
+    async def value_durable(self, cmd: Command) -> None:
+        """Return once value `cmd` is durable (sent now if it has not gone yet: whatever it
+        depends on is durable by now, see `Lifecycles._lifecycle`)."""
+        self.send_values()
+        sent = self._sent_values.get(cmd.position)
+        if sent is None:
+            return  # the execution stops: nothing more is recorded
+        step, future = sent
+        try:
+            status = await future
+        finally:
+            del self._sent_values[cmd.position]
+            cmd.recording = False
+            self.wake_gated()  # failed: the execution stops, and nothing more starts
+        self._markers.discard(cmd.position)
+        assert step.seq is not None
+        self._durable(step.seq, cmd)
+        if status == "canceled":  # its NOTIFY did not reach us
+            self._reader.halt(Stop("canceled", "canceled"))
 
     async def durable_through(self, seq: int, position: int | None = None) -> None:
         """Wait until every result up to `seq` is durable (and, for a command at
@@ -233,3 +287,9 @@ class RunLog:
             self.delivered = seq
             if not self._reader.receive(cmd, outcome) and cmd.kind == "signal-wait":
                 self._reader.give_back(cmd, seq)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as read (none is logged as "never retrieved")."""
+    if not future.cancelled():
+        future.exception()

@@ -17,6 +17,7 @@ from ..core.errors import InvalidInput, RunNotFound, RunTerminalError, StepFaile
 from ..store.operations import RESUMABLE, Operations
 from ..store.records import NewRun, PendingStep
 from ..workflow.commands import (
+    NO_SIGNAL,
     Child,
     Command,
     SignalSend,
@@ -99,16 +100,19 @@ async def _resolve_wait(
     output: str | None = None,
     error: dict[str, Any] | None = None,
 ) -> None:
-    """End a recorded wait (a delivered signal's data wins over a timeout's None)."""
+    """End a recorded wait (a delivered signal's data wins over a signal wait's timeout,
+    which the workflow receives as `NO_SIGNAL`: the wait's default)."""
     seq = x.log.reserve()
     try:
-        stored = await x.store.resolve_wait(
+        stored, delivered = await x.store.resolve_wait(
             x.lease, cmd.position, attempt, signal, status, output, error, seq
         )
     except BaseException:
         x.log.unreserve(seq)
         raise
-    if status == "completed":
+    if signal is not None and not delivered:
+        x.log.publish(seq, cmd, value=NO_SIGNAL)
+    elif status == "completed":
         x.log.publish(seq, cmd, value=decode(stored))
     else:
         assert error is not None

@@ -44,10 +44,21 @@ class StepRecorder:
         Even an idle recorder sends it on the loop's next turn, not at once: the workflow
         receives the result first, and if that was its last step, the run's end takes the
         record with it (see `finish`): one commit instead of two."""
+        return await self.send(lease, step)
+
+    def send(self, lease: Lease, step: PendingStep) -> asyncio.Future[str]:
+        """`record` without waiting: the future of its outcome."""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._queue.append((lease, step, future))
         self._kick()
-        return await future
+        return future
+
+    def waiting(self, steps: list[PendingStep]) -> bool:
+        """Every one of `steps` still waits here for its batch: a record sent now goes in
+        the same statement (or a run's end takes them all, see `finish`), so it is durable
+        with them (a batch refused for its data is written one record at a time, in order)."""
+        queued = {id(step) for _, step, _ in self._queue}
+        return all(id(step) in queued for step in steps)
 
     async def finish(self, end: RunEnd) -> bool:
         """End the run with its records; False if the end was refused (the caller asks

@@ -140,8 +140,9 @@ class Sends:
         output_json: str | None,
         error: dict[str, Any] | None,
         seq: int,
-    ) -> str | None:
-        """End a wait as log entry `seq`; the output stored (a delivered signal's data)."""
+    ) -> tuple[str | None, bool]:
+        """End a wait as log entry `seq`; (the output stored, whether it is a delivered
+        signal's data: a timeout that raced a send loses to it)."""
         async with self.db.transaction() as tx:
             if signal is not None:
                 await self.lock_signal(tx, signal)
@@ -153,7 +154,7 @@ class Sends:
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id}")
         output: str | None = rows[0]["output"]
-        return output
+        return output, bool(rows[0]["delivered"])
 
     async def begin_signal_wait(
         self, lease: Lease, position: int, attempt: int, step: str, signal: str,

@@ -12,14 +12,14 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..core.codec import canonical, encode, validate
+from ..core.codec import canonical, encode
 from ..core.errors import NonDeterminismError
 from ..execution.loop import WorkflowLoop
 from ..store.history import History, Recorded
-from ..workflow.commands import Command, error_for, never_awaited
+from ..workflow.commands import Command, error_for, never_awaited, recorded_value, typed
 from ..workflow.context import WorkflowContext
 from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
@@ -140,6 +140,12 @@ class _Replayer:
     def marker_pending(self, position: int) -> None:
         """Nothing is recorded here: a new patch marker holds nothing back."""
 
+    def value_pending(self, cmd: Command, output_json: str) -> None:
+        """Nor a new value (`ctx.now()`, ...): the code has it, as it would live."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
     def poison(self, error: BaseException) -> None:
         """The code did what cannot be replayed (the engine's `Execution.poison`)."""
         self._error = self._error or error
@@ -173,10 +179,10 @@ class _Replayer:
             raise NonDeterminismError(rec.position, rec.describe(), found)
         if not cmd.future.done():
             if rec.completed:
-                value = None if rec.kind == "sleep" else rec.output
-                typed = cmd.result_type is not Any
-                cmd.future.set_result(validate(cmd.result_type, value, "a step result")
-                                      if typed else value)  # fmt: skip
+                try:  # as the engine's `Execution.receive`
+                    cmd.future.set_result(typed(cmd, recorded_value(rec)))
+                except Exception as exc:
+                    cmd.future.set_exception(exc)
             else:
                 cmd.future.set_exception(error_for(rec))
         self.drive()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ..core.codec import validate
 from ..core.errors import (
     ChildWorkflowError,
     StepFailedError,
@@ -143,7 +144,10 @@ def signature(fn: Callable[..., Any]) -> tuple[bool, Any, bool]:
         hints = typing.get_type_hints(fn)
     except Exception:
         hints = {}
-    params = list(inspect.signature(fn).parameters.values())
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without one (`str`, `int`): no StepContext
+        params = []
     first = params[0] if params else None
     wants_ctx = first is not None and (
         hints.get(first.name) is StepContext or "StepContext" in str(first.annotation)
@@ -175,6 +179,40 @@ class Sleep:
 class SignalWait:
     signal: str
     timeout: float | None
+    default: Any = None  # what the workflow receives when the timeout passes first
+
+
+class _NoSignal:
+    def __repr__(self) -> str:
+        return "NO_SIGNAL"
+
+
+# The outcome of a signal wait whose timeout passed first. Its record holds null, as one
+# of a signal of null data does; it is told apart by the signal it does not hold
+# (`Recorded.delivered`), and the workflow receives the wait's `default` in its place.
+NO_SIGNAL: Any = _NoSignal()
+
+
+def recorded_value(rec: Recorded) -> Any:
+    """What a completed record hands back to the workflow on replay (before `typed`)."""
+    if rec.kind == "sleep":
+        return None
+    if rec.kind == "signal-wait" and rec.output is None and not rec.delivered:
+        return NO_SIGNAL
+    return rec.output
+
+
+def typed(cmd: Command, value: Any) -> Any:
+    """`value`, the outcome of `cmd`, as the workflow receives it: validated into the
+    command's result type (InvalidInput naming what did not fit); a timed-out signal
+    wait's default."""
+    if value is NO_SIGNAL:
+        return cmd.spec.default if isinstance(cmd.spec, SignalWait) else None
+    if cmd.result_type is Any:
+        return value
+    if cmd.kind == "signal-wait":
+        return validate(cmd.result_type, value, f"the data of signal {cmd.signal!r}")
+    return validate(cmd.result_type, value, f"the result of step {cmd.name!r}")
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 
+from . import values
 from .patching import deprecate_patch, patched
 from .steps import StepApi
 
@@ -38,7 +40,8 @@ class WorkflowContext:
         created_at: when the run was started (`start()`).
         started_at: when a worker first claimed it.
 
-    All of it is read-only, and the same on every replay of the run.
+    All of it is read-only, and the same on every replay of the run. Read the time and
+    randomness with `now()`, `random()` and `uuid4()`, which replay what they read first.
     """
 
     run_id: str
@@ -64,6 +67,49 @@ class WorkflowContext:
             ```
         """
         return patched(self.step, patch_id)
+
+    def now(self) -> datetime:
+        """The current time, recorded: a replay returns what the first execution read.
+
+        Use it instead of `datetime.now()` in workflow code, which reads another time on
+        replay. Like `random()` and `uuid4()`, it takes the workflow's next position, as a
+        step does (kind "value", name "now"), and returns at once: the value is recorded
+        behind the code, durable before anything issued after it starts (a step, a
+        signal, the run's end), in the statement that records the results it followed.
+
+        Returns:
+            An aware `datetime` in UTC: the database's clock, as the worker estimates it
+            (the skipped clock under `durably.testing`).
+
+        Example:
+            ```python
+            due = ctx.now() + timedelta(days=3)
+            await ctx.step.run("notify", notify, order, due.isoformat())
+            ```
+        """
+        return values.now(self.step)
+
+    def random(self) -> float:
+        """A random number, recorded and replayed as `now()` is (name "random").
+
+        Returns:
+            A float in [0.0, 1.0), from the operating system's randomness.
+        """
+        return values.random(self.step)
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID, recorded and replayed as `now()` is (name "uuid4").
+
+        Returns:
+            A version 4 `uuid.UUID`.
+
+        Example:
+            ```python
+            key = str(ctx.uuid4())  # the same key each time the step runs
+            await ctx.step.run("charge", charge, order, key)
+            ```
+        """
+        return values.uuid4(self.step)
 
     def deprecate_patch(self, patch_id: str) -> Awaitable[None]:
         """Once no run takes the old path of `patch_id`: keep only the new code, call this

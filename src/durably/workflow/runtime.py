@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 from ..store.history import History
@@ -41,6 +42,15 @@ class Runtime(Protocol):
 
     def encode(self, value: Any, what: str) -> str:
         """`value` as the JSON to record, refused (InvalidInput) as the engine refuses it."""
+        ...
+
+    def now(self) -> datetime:
+        """The time a new `ctx.now()` reads (the database's clock, as estimated)."""
+        ...
+
+    def value_pending(self, cmd: Command, output_json: str) -> None:
+        """The code received a new value (`ctx.now()`, ...) at `cmd`'s position: record
+        `output_json` there; nothing issued after it starts before it is durable."""
         ...
 
     def marker_pending(self, position: int) -> None:

@@ -10,11 +10,12 @@ inside a step body fails it too. A child handle (`start_workflow`) may be left a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+import builtins
+from collections.abc import Callable, Coroutine, Generator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, overload
 
-from ..core.codec import encode
+from ..core.codec import adapter, encode
 from ..core.durations import Duration, seconds_of
 from ..core.errors import InvalidInput
 from ..core.retry import STEP_DEFAULT, RetryPolicy
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 Until = Duration | datetime  # a child's timeout: how long, or until when
 Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
+T = TypeVar("T")
+D = TypeVar("D")
 Conn = TypeVar("Conn")  # the driver connection a transaction body receives
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -95,10 +98,13 @@ class StepApi:
     # A body may take a `StepContext` first (the engine passes it), and may be sync or
     # async; the overloads keep its positional parameters and its result type for the
     # caller. A TypeVarTuple, not a ParamSpec: PEP 612 allows no keyword-only options
-    # (`retry=`, `timeout=`) between `*args: P.args` and `**kwargs: P.kwargs`.
+    # (`retry=`, `timeout=`) between `*args: P.args` and `**kwargs: P.kwargs`. An async
+    # body matches the sync overload too (`R` its coroutine); the async ones take a
+    # `Coroutine` (not an `Awaitable`) so both see the body as the same type: else mypy
+    # answers `Any` for a body with an `Any` parameter (a connection typed `Any`).
     @overload
     def run(
-        self, name: str, fn: Callable[[StepContext, *Ts], Awaitable[R]],
+        self, name: str, fn: Callable[[StepContext, *Ts], Coroutine[Any, Any, R]],
         *args: *Ts, retry: RetryPolicy | None = None,
         compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
         **kwargs: Any,
@@ -114,7 +120,7 @@ class StepApi:
 
     @overload
     def run(
-        self, name: str, fn: Callable[[*Ts], Awaitable[R]],
+        self, name: str, fn: Callable[[*Ts], Coroutine[Any, Any, R]],
         *args: *Ts, retry: RetryPolicy | None = None,
         compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
         **kwargs: Any,
@@ -165,7 +171,7 @@ class StepApi:
     # `compensate` takes the body's connection type and its result: `undo(conn, result)`.
     @overload
     def transaction(
-        self, name: str, fn: Callable[[Conn, *Ts], Awaitable[R]], *args: *Ts,
+        self, name: str, fn: Callable[[Conn, *Ts], Coroutine[Any, Any, R]], *args: *Ts,
         retry: RetryPolicy | None = None, compensate: Callable[[Conn, R], object] | None = None,
     ) -> StepCall[R]: ...  # fmt: skip
 
@@ -235,17 +241,76 @@ class StepApi:
         spec = Sleep(seconds_of(duration, f"step {name!r}"))
         return StepCall(self._issue(name, "sleep", spec))
 
+    # Typed by `type=`: its instance; `| None` (or `| D`, the type of `default`) only when
+    # a timeout can end the wait. A `type` that is no class (a union, `list[int]`) is
+    # validated just the same, and typed `Any`.
+    @overload
     def wait_for_signal(
-        self, signal: str, *, timeout: Duration | None = None, name: str | None = None
-    ) -> StepCall[Any]:
-        """Wait durably for signal `signal`; its data, or None once `timeout` has passed.
+        self, signal: str, *, type: builtins.type[T], timeout: None = None,
+        name: str | None = None,
+    ) -> StepCall[T]: ...  # fmt: skip
+
+    @overload
+    def wait_for_signal(
+        self, signal: str, *, type: builtins.type[T], timeout: Duration,
+        name: str | None = None,
+    ) -> StepCall[T | None]: ...  # fmt: skip
+
+    @overload
+    def wait_for_signal(
+        self, signal: str, *, type: builtins.type[T], timeout: Duration, default: D,
+        name: str | None = None,
+    ) -> StepCall[T | D]: ...  # fmt: skip
+
+    @overload
+    def wait_for_signal(
+        self, signal: str, *, type: Any = Any, timeout: Duration | None = None,
+        default: Any = None, name: str | None = None,
+    ) -> StepCall[Any]: ...  # fmt: skip
+
+    def wait_for_signal(
+        self, signal: str, *, type: Any = Any, timeout: Duration | None = None,
+        default: Any = None, name: str | None = None,
+    ) -> StepCall[Any]:  # fmt: skip
+        """Wait durably for signal `signal`; its data.
 
         A signal sent before this wait began was buffered and is received at once.
+
+        Args:
+            signal: the signal's name.
+            type: what the data is validated into, as a workflow's input is (a pydantic
+                model, a dataclass, a TypedDict, a builtin, anything pydantic's
+                `TypeAdapter` takes); the wait then returns an instance of it, on replay
+                too. Data that does not fit raises `InvalidInput` at the wait, naming the
+                signal and the field. Default: the data as JSON decodes it.
+            timeout: stop waiting after this long.
+            default: what the wait returns when `timeout` passes first (None unless
+                given). A signal sent with null data is None, never `default`: pass
+                one to tell the two apart.
+            name: the step's name in the run's history (default: `signal`).
+
+        Example:
+            ```python
+            approval = await ctx.step.wait_for_signal(
+                f"approval:{order.id}", type=Approval, timeout="2 days"
+            )
+            if approval is None:  # two days passed (the type is `Approval | None`)
+                ...
+            ```
         """
         check_signal_name(signal)
+        if type is not Any:
+            try:
+                adapter(type)
+            except Exception as exc:  # not a type pydantic can validate into
+                raise TypeError(
+                    f"wait_for_signal({signal!r}): type={type!r} is not a type pydantic can "
+                    f"validate data into: {exc}"
+                ) from None
         wait_s = _seconds(timeout, f"the wait for signal {signal!r}")
-        spec = SignalWait(signal, wait_s)
-        return StepCall(self._issue(name or signal, "signal-wait", spec, signal=signal))
+        spec = SignalWait(signal, wait_s, default)
+        return StepCall(self._issue(name or signal, "signal-wait", spec, result_type=type,
+                                    signal=signal))  # fmt: skip
 
     def send_signal(
         self, signal: str, data: Any = None, *, idempotency_key: str | None = None,

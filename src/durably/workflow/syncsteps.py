@@ -9,7 +9,9 @@ run concurrently and are waited for with `handle.result()`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import builtins
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, TypeVarTuple, overload
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, TypeVarTuple,
 from ..core.durations import Duration
 from ..core.errors import WorkflowMisuseError
 from ..core.retry import RetryPolicy
+from . import values
 from .patching import deprecate_patch, patched
 from .stepcontext import StepContext
 from .steps import ChildHandle, StepApi, Until
@@ -27,6 +30,8 @@ if TYPE_CHECKING:
 
 Ts = TypeVarTuple("Ts")
 R = TypeVar("R")
+T = TypeVar("T")
+D = TypeVar("D")
 Conn = TypeVar("Conn")
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -61,9 +66,10 @@ class SyncStepApi:
         self._steps = steps
         self._driver = driver
 
+    # As `StepApi`'s: a `Coroutine` for async bodies keeps a body with `Any` parameters typed.
     @overload
     def run(
-        self, name: str, fn: Callable[[StepContext, *Ts], Awaitable[R]],
+        self, name: str, fn: Callable[[StepContext, *Ts], Coroutine[Any, Any, R]],
         *args: *Ts, retry: RetryPolicy | None = None,
         compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
         **kwargs: Any,
@@ -79,7 +85,7 @@ class SyncStepApi:
 
     @overload
     def run(
-        self, name: str, fn: Callable[[*Ts], Awaitable[R]],
+        self, name: str, fn: Callable[[*Ts], Coroutine[Any, Any, R]],
         *args: *Ts, retry: RetryPolicy | None = None,
         compensate: Callable[..., Any] | None = None, timeout: Duration | None = None,
         **kwargs: Any,
@@ -109,7 +115,7 @@ class SyncStepApi:
 
     @overload
     def transaction(
-        self, name: str, fn: Callable[[Conn, *Ts], Awaitable[R]], *args: *Ts,
+        self, name: str, fn: Callable[[Conn, *Ts], Coroutine[Any, Any, R]], *args: *Ts,
         retry: RetryPolicy | None = None, compensate: Callable[[Conn, R], object] | None = None,
     ) -> R: ...  # fmt: skip
 
@@ -140,12 +146,42 @@ class SyncStepApi:
         """Sleep durably: the run parks and no worker is held until `duration` has passed."""
         self._call(lambda: self._steps.sleep(name, duration), "ctx.step.sleep")
 
+    # As `StepApi.wait_for_signal`'s.
+    @overload
     def wait_for_signal(
-        self, signal: str, *, timeout: Duration | None = None, name: str | None = None
-    ) -> Any:
-        """Wait durably for signal `signal`; its data, or None once `timeout` has passed."""
+        self, signal: str, *, type: builtins.type[T], timeout: None = None,
+        name: str | None = None,
+    ) -> T: ...  # fmt: skip
+
+    @overload
+    def wait_for_signal(
+        self, signal: str, *, type: builtins.type[T], timeout: Duration,
+        name: str | None = None,
+    ) -> T | None: ...  # fmt: skip
+
+    @overload
+    def wait_for_signal(
+        self, signal: str, *, type: builtins.type[T], timeout: Duration, default: D,
+        name: str | None = None,
+    ) -> T | D: ...  # fmt: skip
+
+    @overload
+    def wait_for_signal(
+        self, signal: str, *, type: Any = Any, timeout: Duration | None = None,
+        default: Any = None, name: str | None = None,
+    ) -> Any: ...  # fmt: skip
+
+    def wait_for_signal(
+        self, signal: str, *, type: Any = Any, timeout: Duration | None = None,
+        default: Any = None, name: str | None = None,
+    ) -> Any:  # fmt: skip
+        """Wait durably for signal `signal`; its data, validated into `type`, or `default`
+        once `timeout` has passed (see `StepApi.wait_for_signal`)."""
+        steps: Any = self._steps  # the types were checked by this method's overloads
         return self._call(
-            lambda: self._steps.wait_for_signal(signal, timeout=timeout, name=name),
+            lambda: steps.wait_for_signal(
+                signal, type=type, timeout=timeout, default=default, name=name
+            ),
             "ctx.step.wait_for_signal",
         )
 
@@ -269,6 +305,27 @@ class SyncWorkflowContext:
         steps = self.step._steps
         taken: bool = self.step._call(lambda: patched(steps, patch_id), "ctx.patched")
         return taken
+
+    def now(self) -> datetime:
+        """The current time, aware, in UTC, recorded and replayed: see
+        `WorkflowContext.now`."""
+        return self._value(values.now, "ctx.now")
+
+    def random(self) -> float:
+        """A random float in [0.0, 1.0), recorded and replayed: see `WorkflowContext.random`."""
+        return self._value(values.random, "ctx.random")
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID (version 4), recorded and replayed: see `WorkflowContext.uuid4`."""
+        return self._value(values.uuid4, "ctx.uuid4")
+
+    def _value(self, read: Callable[[StepApi], R], what: str) -> R:
+        steps = self.step._steps
+
+        async def on_the_loop() -> R:  # values are read where steps are issued
+            return read(steps)
+
+        return self.step._call(on_the_loop, what)
 
     def deprecate_patch(self, patch_id: str) -> None:
         """The cleanup of patch `patch_id` (see `WorkflowContext.deprecate_patch`)."""

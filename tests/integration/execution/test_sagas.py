@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from durably import Durably, RetryPolicy, StepFailedError, SyncWorkflowContext, WorkflowContext
 from durably.execution import lifecycles as _lifecycles
-from tests.helpers import eventually, scaled
+from tests.helpers import AppThread, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
 
@@ -580,13 +580,13 @@ def _model(plan: list[str], end: str) -> tuple[list[str], list[list[str]]]:
     return undone, results
 
 
-class _Saga:
-    """An app and a worker on a loop of their own, in a thread, for the whole test: each
-    hypothesis example is one run of the plan it draws."""
+class _Saga(AppThread):
+    """The saga app in a thread, for the whole test: each hypothesis example is one run of
+    the plan it draws."""
 
     def __init__(self, url: str) -> None:
         self.undone: dict[str, list[str]] = {}
-        self.app = app = Durably(url)
+        app = Durably(url)
 
         def body(name: str) -> str:
             return name
@@ -626,24 +626,7 @@ class _Saga:
             return results
 
         self.saga = saga
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    async def _main(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        async with self.app, self.app.worker(concurrency=2):
-            self._ready.set()
-            await self._stop.wait()
-
-    def __enter__(self) -> _Saga:
-        self._thread.start()
-        assert self._ready.wait(scaled(30)), "the engine did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(scaled(30))
+        super().__init__(app, concurrency=2)
 
     def play(self, tag: str, plan: list[str], end: str) -> Any:
         async def go() -> Any:
@@ -656,7 +639,7 @@ class _Saga:
                                  what="the compensations")  # fmt: skip
             return await handle.wait(timeout=scaled(20))
 
-        return asyncio.run_coroutine_threadsafe(go(), self.loop).result(scaled(60))
+        return self.run(go())
 
 
 async def _waits_for(app: Durably, run_id: str, signal: str) -> bool:

@@ -4,10 +4,8 @@ their canonical JSON."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import psycopg
@@ -20,7 +18,7 @@ from durably import Durably, WorkflowContext
 from durably.backends import _queries
 from durably.core.codec import encode
 from durably.testing import replay
-from tests.helpers import eventually, scaled
+from tests.helpers import AppThread, eventually, scaled
 
 T = TypeVar("T")
 
@@ -149,34 +147,12 @@ def _fidelity_app(url: str, seen: dict[str, list[list[str]]]) -> Durably:
     return app
 
 
-class _Engine:
-    """The app and a worker on an event loop of their own, in a thread, for the whole test:
-    hypothesis runs each example as a plain call."""
+class _Engine(AppThread):
+    """The fidelity app in a thread (hypothesis runs each example as a plain call)."""
 
     def __init__(self, url: str) -> None:
         self.seen: dict[str, list[list[str]]] = {}
-        self.app = _fidelity_app(url, self.seen)
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    async def _main(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        async with self.app, self.app.worker(concurrency=4):
-            self._ready.set()
-            await self._stop.wait()
-
-    def __enter__(self) -> _Engine:
-        self._thread.start()
-        assert self._ready.wait(scaled(30)), "the engine did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(scaled(30))
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(scaled(60))
+        super().__init__(_fidelity_app(url, self.seen))
 
 
 async def _through_every_path(app: Durably, value: Any) -> dict[str, Any]:

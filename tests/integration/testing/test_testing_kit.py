@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
@@ -54,6 +54,22 @@ async def test_auto_skip_while_a_result_is_awaited(env_db: str) -> None:
         handle = await nap.start()
         assert await handle.result(timeout="20s") == 3
         assert env.now() - (await handle.get()).created_at >= timedelta(days=3)
+
+
+async def test_ctx_now_reads_the_skipped_clock(env_db: str) -> None:
+    app = Durably()
+
+    @app.workflow(name="stamps", version="v1")
+    async def stamps(ctx: WorkflowContext) -> list[str]:
+        before = ctx.now()
+        await ctx.step.sleep("wait", "2 days")
+        return [before.isoformat(), ctx.now().isoformat()]
+
+    async with Environment(app, database=env_db, auto_skip=True) as env:
+        handle = await stamps.start()
+        before, after = map(datetime.fromisoformat, await handle.result(timeout="20s"))
+        assert timedelta(days=2) <= after - before < timedelta(days=2, minutes=1)
+        assert after <= env.now()
 
 
 async def test_workflow_code_that_replays_differently_fails_its_run(env_db: str) -> None:

@@ -336,7 +336,8 @@ WHERE run_id = :run_id AND position = :position AND attempt = :attempt;
 
 -- name: resolve_wait
 -- End a wait as the next entry of the run's log. A signal already delivered to it keeps
--- its data (a timeout that raced it loses); the stored output is returned.
+-- its data (a timeout that raced it loses); the stored output is returned, and whether a
+-- signal was delivered (a timeout stores null, as a signal of null data does).
 WITH lease AS (
     SELECT 1 FROM {schema}.runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
@@ -351,7 +352,8 @@ UPDATE {schema}.step_attempts SET
     seq = :seq, finished_at = now()
 WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND status = 'running'
   AND EXISTS (SELECT 1 FROM lease)
-RETURNING status, output::text AS output, error::text AS error;
+RETURNING status, output::text AS output, error::text AS error,
+    delivered_at IS NOT NULL AS delivered;
 
 -- name: park
 UPDATE {schema}.runs SET

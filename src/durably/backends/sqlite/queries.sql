@@ -220,7 +220,8 @@ SELECT * FROM {schema}_step_attempts
 WHERE run_id = :run_id AND position = :position AND attempt = :attempt;
 
 -- name: resolve_wait
--- End a wait as the next entry of the run's log; a delivered signal's data wins.
+-- End a wait as the next entry of the run's log; a delivered signal's data wins (and
+-- says so: a timeout stores null, as a signal of null data does).
 UPDATE {schema}_step_attempts SET
     status = CASE WHEN delivered_at IS NOT NULL THEN 'completed' ELSE :status END,
     final = (delivered_at IS NULL AND :status = 'failed'),
@@ -231,7 +232,7 @@ WHERE run_id = :run_id AND position = :position AND attempt = :attempt AND statu
   AND EXISTS (SELECT 1 FROM {schema}_runs
     WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
       AND lease_expires_at > now() AND (status = 'running' OR compensating))
-RETURNING status, output, error;
+RETURNING status, output, error, delivered_at IS NOT NULL AS delivered;
 
 -- name: park
 UPDATE {schema}_runs SET
