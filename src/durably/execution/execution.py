@@ -129,7 +129,9 @@ class Execution(LiveWaits, Lifecycles):
         self.replaying = True
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
-        self.mismatch: NonDeterminismError | None = None  # the replay check's, not the user's
+        # The replay check's (not the user's), or the stored input no longer fitting the
+        # code's model under a run that has history: a deploy mistake, held (see `_hold`).
+        self.mismatch: BaseException | None = None
         self.hold_mismatches = hold_mismatches  # else a mismatch fails the run
         self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
@@ -252,7 +254,7 @@ class Execution(LiveWaits, Lifecycles):
         self.log.wake_gated()
         self._changed.set()
 
-    def mismatched(self, error: NonDeterminismError) -> None:
+    def mismatched(self, error: BaseException) -> None:
         """The replay check found the code does not match the history: poisoned, and
         the run is held rather than failed (unless something else poisoned it first)."""
         if self.fatal is None:
@@ -518,7 +520,7 @@ class Execution(LiveWaits, Lifecycles):
         await self._compensate()
         await self._finish("failed", error=described)
 
-    async def _hold(self, error: NonDeterminismError, stop: Stop | None) -> None:
+    async def _hold(self, error: BaseException, stop: Stop | None) -> None:
         """The code does not match the run's history (a deploy mistake, SPEC §4.2): the
         run is held, not failed. Nothing is undone (the code cannot say which undo belongs
         to which step), no attempt is spent; its waits and children stay as they are, and a
@@ -535,9 +537,11 @@ class Execution(LiveWaits, Lifecycles):
             "message": f"{message(error)} The run is held, not failed: it is claimed again "
                        f"in {delay:g}s (hold {holds} in a row) and goes on once the deployed "
                        "code matches its history; `durably cancel` ends it.",
-            "position": error.position, "expected": error.expected, "found": error.found,
             "holds": holds, "retry_in_s": delay,
         }  # fmt: skip
+        if isinstance(error, NonDeterminismError):
+            described |= {"position": error.position, "expected": error.expected,
+                          "found": error.found}  # fmt: skip
         log.warning("run %s held (hold %d in a row, claimed again in %gs): %s", self.run_id,
                     holds, delay, message(error))  # fmt: skip
         self.concluded = True
@@ -601,12 +605,16 @@ class Execution(LiveWaits, Lifecycles):
         try:
             value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
         except Exception as exc:  # InvalidInput, or a validator's own error
-            # The stored input does not fit the code's model (a field added by a deploy,
-            # or written unvalidated by a thin client: `app.start` by name): that is the
-            # run's failure, for good (every attempt would fail alike). The code never
-            # started, so replay must not report the steps it did not reach as a
-            # non-determinism.
-            self.poison(exc)
+            # The stored input does not fit the code's model. Under a run that has history
+            # (code that took this input ran it) that is a deploy mistake, as a replay
+            # mismatch is: held until code that fits is deployed. A run that never ran (a
+            # thin client's input, written unvalidated by `app.start` by name) fails, for
+            # good (every attempt would fail alike). Either way the code never started, so
+            # replay must not report the steps it did not reach as a non-determinism.
+            if self.history.reaches(0):
+                self.mismatched(exc)
+            else:
+                self.poison(exc)
             raise
         if wf.sync:
             return await self._call_sync_workflow(value)
