@@ -359,6 +359,8 @@ class Worker:
             await self._renew([run_id])
         except DatabaseUnavailable as exc:  # the next heartbeat asks again
             log.warning("run %s: could not look for a cancel: %s", run_id, exc)
+        except Exception:  # a defect: said loudly, never an unretrieved task's error
+            log.exception("run %s: looking for a cancel failed", run_id)
 
     def _finished(self, run_id: str, task: asyncio.Task[None]) -> None:
         if self.running.get(run_id, (None, None))[1] is task:
