@@ -80,7 +80,7 @@ def test_a_queue_checks_its_own_options() -> None:
         wf.new_run({"id": "o1"}, max_payload=1000, priority=1)
 
 
-@pytest.mark.parametrize("fn", [str, int, len, dict.fromkeys], ids=repr)
+@pytest.mark.parametrize("fn", [str, int, len, dict.fromkeys], ids=lambda fn: fn.__qualname__)
 def test_a_builtin_without_a_signature_can_be_a_step_body(fn: Any) -> None:
     # `ctx.step.run("s", str, x)` failed the run: inspect.signature(str) raises ValueError.
     from durably.workflow.commands import signature
