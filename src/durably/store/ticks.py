@@ -3,8 +3,7 @@ from which a schedule with `backfill=True` catches up."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
 from .store import Store
 
@@ -18,18 +17,10 @@ class Ticks:
         rows = await self.db.fetch(
             "schedule_last_tick", namespace=self.namespace, workflow=workflow
         )
-        return _instant(rows[0]["last_tick"]) if rows else None
+        return rows[0]["last_tick_at"] if rows else None
 
     async def ticked(self, workflow: str, cron: str, tz: str, tick: datetime) -> None:
         await self.db.fetch(
             "schedule_ticked", namespace=self.namespace, workflow=workflow,
             schedule=cron, tz=tz, tick=tick,
         )  # fmt: skip
-
-
-def _instant(value: Any) -> datetime | None:
-    """A stored time (SQLite keeps Unix seconds under a name the connector does not
-    convert)."""
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromtimestamp(float(value), UTC)

@@ -1035,7 +1035,8 @@ SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priori
 FROM {schema}.queues q ORDER BY q.name;
 
 -- name: schedule_last_tick
-SELECT last_tick FROM {schema}.schedules WHERE namespace = :namespace AND workflow = :workflow;
+-- As `last_tick_at`: a time, which the SQLite connector converts by its name.
+SELECT last_tick AS last_tick_at FROM {schema}.schedules WHERE namespace = :namespace AND workflow = :workflow;
 
 -- name: schedule_ticked
 -- The latest tick started for a scheduled workflow (never moved back).

@@ -761,7 +761,8 @@ SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priori
 FROM {schema}_queues q ORDER BY q.name;
 
 -- name: schedule_last_tick
-SELECT last_tick FROM {schema}_schedules WHERE namespace = :namespace AND workflow = :workflow;
+-- As `last_tick_at`: a time, which the SQLite connector converts by its name.
+SELECT last_tick AS last_tick_at FROM {schema}_schedules WHERE namespace = :namespace AND workflow = :workflow;
 
 -- name: schedule_ticked
 INSERT INTO {schema}_schedules (namespace, workflow, schedule, tz, last_tick, updated_at)
