@@ -34,6 +34,38 @@ _KEEP = {b"Q": 1 << 20, b"P": 1 << 20, b"B": 256, b"E": 256}  # message bodies r
 _MAX_QUEUED = 1 << 20  # bytes per direction before the proxy stops reading from the sender
 
 
+class _Messages:
+    """Frames one direction of a connection's typed messages (after the startup): each
+    message completed by the bytes fed, as its type and the first `keep[type]` bytes of
+    its body."""
+
+    def __init__(self, keep: dict[bytes, int]) -> None:
+        self.keep = keep
+        self.head = bytearray()  # the 5-byte header (type, length) of the current message
+        self.left = 0  # its body bytes still to come
+        self.body = bytearray()
+
+    def feed(self, data: bytes | memoryview) -> list[tuple[bytes, bytes]]:
+        done, view, i = [], memoryview(data), 0
+        while i < len(view):
+            if len(self.head) < 5:
+                take = min(5 - len(self.head), len(view) - i)
+                self.head += view[i : i + take]
+                i += take
+                if len(self.head) < 5:
+                    break
+                self.left = max(int.from_bytes(self.head[1:5]) - 4, 0)
+                self.body.clear()
+            take = min(self.left, len(view) - i)
+            if len(self.body) < self.keep.get(bytes(self.head[:1]), 0):
+                self.body += view[i : i + take]
+            self.left, i = self.left - take, i + take
+            if not self.left:
+                done.append((bytes(self.head[:1]), bytes(self.body)))
+                self.head.clear()
+        return done
+
+
 class _Frontend:
     """Frames the client-to-server stream into protocol messages to find where COMMITs run.
 
@@ -44,9 +76,7 @@ class _Frontend:
 
     def __init__(self) -> None:
         self.startup: bytearray | None = bytearray()  # untyped messages, until StartupMessage
-        self.head = bytearray()  # the 5-byte header (type, length) of the current message
-        self.left = 0  # its body bytes still to come
-        self.body = bytearray()
+        self.messages = _Messages(_KEEP)
         self.statements: set[bytes] = set()  # prepared statements that are a COMMIT
         self.portals: set[bytes] = set()  # portals bound to one of them
 
@@ -63,28 +93,13 @@ class _Frontend:
                 reply, self.startup = reply + b"N", bytearray()
             else:  # StartupMessage (or CancelRequest): typed messages follow
                 forward, self.startup = message, None
-        commit, view, i = False, memoryview(data), 0
-        while i < len(data):
-            if len(self.head) < 5:
-                take = min(5 - len(self.head), len(data) - i)
-                self.head += view[i : i + take]
-                i += take
-                if len(self.head) < 5:
-                    break
-                self.left = max(int.from_bytes(self.head[1:5]) - 4, 0)
-                self.body.clear()
-            take = min(self.left, len(data) - i)
-            if len(self.body) < _KEEP.get(bytes(self.head[:1]), 0):
-                self.body += view[i : i + take]
-            self.left, i = self.left - take, i + take
-            if not self.left:
-                commit |= self._ran_commit()
-                self.head.clear()
+        commit = False
+        for kind, body in self.messages.feed(data):
+            commit |= self._ran_commit(kind, body)
         return forward + bytes(data), reply, commit
 
-    def _ran_commit(self) -> bool:
-        kind = bytes(self.head[:1])
-        first, second, *_ = [*bytes(self.body).split(b"\0", 2), b"", b""]
+    def _ran_commit(self, kind: bytes, body: bytes) -> bool:
+        first, second, *_ = [*body.split(b"\0", 2), b"", b""]
         if kind == b"P":  # Parse: statement name, query
             (self.statements.add if _COMMIT.search(second) else self.statements.discard)(first)
         elif kind == b"B":  # Bind: portal name, statement name
@@ -114,32 +129,12 @@ class _Backend:
     type A: process id, channel, payload) it carries."""
 
     def __init__(self) -> None:
-        self.head = bytearray()
-        self.left = 0
-        self.body = bytearray()
+        self.messages = _Messages({b"A": 1 << 20})
 
     def feed(self, data: bytes) -> list[str]:
         """The payloads of the notifications completed by `data`."""
-        payloads, i = [], 0
-        while i < len(data):
-            if len(self.head) < 5:
-                take = min(5 - len(self.head), len(data) - i)
-                self.head += data[i : i + take]
-                i += take
-                if len(self.head) < 5:
-                    break
-                self.left = max(int.from_bytes(self.head[1:5]) - 4, 0)
-                self.body.clear()
-            take = min(self.left, len(data) - i)
-            if self.head[:1] == b"A":
-                self.body += data[i : i + take]
-            self.left, i = self.left - take, i + take
-            if not self.left:
-                if self.head[:1] == b"A":
-                    _, payload, _ = bytes(self.body[4:]).split(b"\0", 2)
-                    payloads.append(payload.decode())
-                self.head.clear()
-        return payloads
+        return [body[4:].split(b"\0", 2)[1].decode()
+                for kind, body in self.messages.feed(data) if kind == b"A"]  # fmt: skip
 
 
 class _Pair:
