@@ -666,11 +666,6 @@ WITH RECURSIVE tree AS (  -- read as in lock_tree
 SELECT id, (SELECT count(*) FROM attempts) AS attempts, (SELECT count(*) FROM notified) AS notified
 FROM canceled;
 
--- name: expire_deadline
-UPDATE {schema}.runs SET available_at = now()
-WHERE id = :run_id AND status IN ('pending', 'waiting', 'held') AND deadline_at <= now()
-RETURNING id;
-
 -- name: lock_signal
 SELECT pg_advisory_xact_lock(hashtext(:namespace || '/' || :name)) AS locked;
 

@@ -439,11 +439,6 @@ UPDATE {schema}_runs SET
 WHERE claim_token = :token
 RETURNING id, 0 AS attempts, 0 AS notified;
 
--- name: expire_deadline
-UPDATE {schema}_runs SET available_at = now()
-WHERE id = :run_id AND status IN ('pending', 'waiting', 'held') AND deadline_at <= now()
-RETURNING id;
-
 -- name: lock_signal
 SELECT 1 AS locked;
 
