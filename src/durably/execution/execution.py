@@ -329,7 +329,7 @@ class Execution(LiveWaits, Lifecycles):
                 raise
             log.error("run %s: unexpected error; the run fails", self.run_id, exc_info=exc)
             with contextlib.suppress(Exception):
-                await self.store.finish_run(self.lease, "failed", None, describe(exc))
+                await self.store.ends.finish_run(self.lease, "failed", None, describe(exc))
         finally:
             self.concluded = True
             if self._confirm is not None:  # a confirmation asked again renews it no more
@@ -513,7 +513,7 @@ class Execution(LiveWaits, Lifecycles):
                         attempts, described["type"], described["message"], delay)  # fmt: skip
             self.concluded = True
             resumes = decode(self.row.get("resumes")) or ()
-            await self.store.retry_run(self.lease, described, delay, resumes)
+            await self.store.ends.retry_run(self.lease, described, delay, resumes)
             self.on_park(delay)
             return
         log.warning("run %s failed: %s: %s", self.run_id, described["type"], described["message"])
@@ -587,18 +587,18 @@ class Execution(LiveWaits, Lifecycles):
         children = any(cmd.kind == "child" for cmd in self.commands.values())
         records = self.log.in_flight()
         if children:  # its children end with it, in one transaction of its own
-            ended = await self.store.finish_run(
+            ended = await self.store.ends.finish_run(
                 self.lease, status, output_json, error, children, records
             )
         else:
             end = RunEnd(self.lease, status, output_json, error, records)
-            ended = await self.recorder.finish(end) or await self.store.end_refused(self.lease)
+            ended = await self.recorder.finish(end) or await self.store.ends.end_refused(self.lease)
         if ended:
             return
         # Canceled while it ended: the cancel wins; undo what completed.
         log.warning("run %s was canceled as it ended %s", self.run_id, status)
         await self._compensate()
-        await self.store.finish_run(self.lease, "canceled", None, None, children)
+        await self.store.ends.finish_run(self.lease, "canceled", None, None, children)
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow

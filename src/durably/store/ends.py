@@ -16,10 +16,12 @@ from .records import Lease, PendingStep, RunEnd
 
 
 class RunEnds:
-    """The run-end half of `Store` (a mixin: it needs `db` and `channel`)."""
+    """The ends of runs, over the connector (`channel`: the NOTIFY channel of the ends and
+    cancels it writes)."""
 
-    db: Connector
-    channel: str
+    def __init__(self, connector: Connector, channel: str) -> None:
+        self.db = connector
+        self.channel = channel
 
     async def finish_many(self, worker_id: str, ends: list[RunEnd]) -> set[str]:
         """End several runs (none with children) in one statement, each as `finish_run`

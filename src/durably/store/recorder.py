@@ -62,7 +62,7 @@ class StepRecorder:
 
     async def finish(self, end: RunEnd) -> bool:
         """End the run with its records; False if the end was refused (the caller asks
-        the store why: `Store.end_refused`).
+        the store why: `RunEnds.end_refused`).
 
         Its records still waiting here for a batch are not written twice: they go with the
         end alone, and their callers learn of them when it is written (or, refused, they
@@ -141,7 +141,7 @@ class StepRecorder:
 
     async def _write_ends(self, ends: list[tuple[RunEnd, asyncio.Future[bool]]]) -> None:
         try:
-            done = await self._store.finish_many(self._worker_id, [end for end, _ in ends])
+            done = await self._store.ends.finish_many(self._worker_id, [end for end, _ in ends])
         except Exception as exc:
             if len(ends) > 1 and not isinstance(exc, DurablyError):
                 for item in ends:  # the database refused something in it: each goes alone

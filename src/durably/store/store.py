@@ -38,13 +38,14 @@ class _BodyFailed(Exception):
         self.error = error
 
 
-class Store(RunEnds, Sends, GiveBacks):
+class Store(Sends, GiveBacks):
     """durably's tables, as operations."""
 
     def __init__(self, connector: Connector, namespace: str) -> None:
         self.db = connector
         self.namespace = namespace
         self.channel = f"durably_{connector.schema}"
+        self.ends = RunEnds(connector, self.channel)
 
     # ----------------------------------------------------------------- client side
 

@@ -63,7 +63,7 @@ async def test_two_ends_of_one_run_in_one_batch_only_the_current_fence_counts(
                 RunEnd(new, "completed", '"NEW"', None, [])]  # fmt: skip
         if not stale_first:
             ends.reverse()
-        assert await app.store.finish_many("w", ends) == {"r1"}
+        assert await app.store.ends.finish_many("w", ends) == {"r1"}
         run = await app.store.get_run("r1")
         assert (run.status, run.output, run.error) == ("completed", "NEW", None)
         assert await app.store.list_steps("r1") == []
@@ -96,7 +96,7 @@ async def test_the_end_of_a_child_locks_its_parent_in_the_heartbeats_order(
             held = {r: 1 for r in ("a-parent", "b-other", "c-child")}
             beat = asyncio.create_task(app.store.heartbeat("w", held, 30.0))
             await eventually(lambda: _lock_waits(pg_url, 1), what="the heartbeat to wait on b")
-            end = asyncio.create_task(app.store.finish_many(
+            end = asyncio.create_task(app.store.ends.finish_many(
                 "w", [RunEnd(Lease("c-child", 1, "w"), "completed", "1")]
             ))  # fmt: skip
             await eventually(lambda: _lock_waits(pg_url, 2), what="the end to wait")
@@ -128,7 +128,7 @@ async def test_records_and_ends_insert_step_rows_in_one_order(
             )
             records = asyncio.create_task(app.store.record_many("w", [(l2, y), (l1, x)]))
             await eventually(lambda: _lock_waits(pg_url, 1), what="the records to wait")
-            ends = asyncio.create_task(app.store.finish_many("w", [
+            ends = asyncio.create_task(app.store.ends.finish_many("w", [
                 RunEnd(l1, "completed", "1", None, [x]), RunEnd(l2, "completed", "2", None, [y]),
             ]))  # fmt: skip
             await eventually(lambda: _lock_waits(pg_url, 2), what="the ends to wait")

@@ -63,7 +63,7 @@ async def test_cancel_of_a_parent_while_its_child_ends_does_not_deadlock(pg_url:
                 "SELECT 1 FROM durably.step_attempts WHERE run_id = %s AND status = 'running'"
                 " FOR UPDATE", (lease.run_id,),
             )  # fmt: skip
-            end = asyncio.create_task(app.store.finish_run(lease, "completed", "1"))
+            end = asyncio.create_task(app.store.ends.finish_run(lease, "completed", "1"))
             await eventually(lambda: _waiting_on(pg_url, 1), what="the child's end to wait")
             cancel = asyncio.create_task(app.cancel(handle.run_id))
             await eventually(lambda: _waiting_on(pg_url, 2), what="the cancel to wait")
@@ -101,9 +101,9 @@ async def test_cancels_of_parents_while_children_end_never_deadlock(pg_url: str)
 
             async def end(k: int, lease: Lease) -> None:
                 if k % 2:
-                    await app.store.finish_run(lease, "completed", "1")
+                    await app.store.ends.finish_run(lease, "completed", "1")
                 else:
-                    await app.store.finish_many("held", [RunEnd(lease, "completed", "1")])
+                    await app.store.ends.finish_many("held", [RunEnd(lease, "completed", "1")])
 
             results = await asyncio.gather(
                 *(end(k, lease) for k, (_, lease) in enumerate(families)),
