@@ -130,7 +130,7 @@ async def _undo_in_transaction(x: Claimed, comp: Command, body: Body, attempt: i
     body (a sync undo is contained in the connection's thread on SQLite)."""
     is_async = inspect.iscoroutinefunction(body.fn)
     fn = body.fn if is_async else functools.partial(_contained_call, body.fn)
-    await x.store.transact(
+    await x.store.steps.transact(
         x.lease, x.lease_s, comp.position, attempt, comp.name, None, fn, body.args,
         lambda _: "null",
     )  # fmt: skip

@@ -235,12 +235,12 @@ class RunLog:
         if not pending:
             return
         lease = self._lease
-        written = await self._store.record_many(
+        written = await self._store.steps.record_many(
             lease.worker_id, [(lease, step) for _, step in pending]
         )
         if len(written) < len(pending):
             async with self._store.db.transaction() as tx:
-                await self._store.check_lease(tx, lease)
+                await self._store.steps.check_lease(tx, lease)
         for seq, step in pending:
             self._durable(seq, self._reader.commands[step.position])
 

@@ -226,7 +226,7 @@ async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
     # A sync body runs in the connection's thread on SQLite: contained there (StopIteration).
     is_async = inspect.iscoroutinefunction(body.fn)
     fn = body.fn if is_async else functools.partial(_contained_call, body.fn)
-    task = asyncio.ensure_future(x.store.transact(
+    task = asyncio.ensure_future(x.store.steps.transact(
         x.lease, x.lease_s, cmd.position, attempt, cmd.name, seq, fn, body.args,
         lambda value: x.encode(value, f"the result of step {cmd.name!r}"),
         compensable=cmd.compensate is not None,
@@ -267,7 +267,9 @@ class StartRecord:
     """
 
     def __init__(self, x: Claimed, pos: int, attempt: int, name: str, kind: str) -> None:
-        self.write = functools.partial(x.store.record_start, x.lease, pos, attempt, name, kind)
+        self.write = functools.partial(
+            x.store.steps.record_start, x.lease, pos, attempt, name, kind
+        )
         self._task: asyncio.Task[Any] | None = None
 
     def when_it_yields(self, body: asyncio.Future[Any]) -> None:

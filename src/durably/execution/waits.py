@@ -42,7 +42,7 @@ async def run_sleep(x: Claimed, cmd: Command, spec: Sleep) -> None:
         attempt, wake_at = rec.attempt, rec.wake_at
     else:
         attempt = x.new_attempt(cmd.position)
-        wake_at = await x.store.record_start(
+        wake_at = await x.store.steps.record_start(
             x.lease, cmd.position, attempt, cmd.name, "sleep", wait_s=spec.seconds
         )
     if wake_at is not None and wake_at > x.now():
@@ -56,7 +56,7 @@ async def run_signal_wait(x: Claimed, cmd: Command, spec: SignalWait) -> None:
     if rec is not None and rec.waiting:
         delivered, data = rec.delivered, rec.output
         if not delivered and cmd.poked:  # a signal may have arrived while we ran
-            row = await x.store.get_attempt(x.run_id, cmd.position, rec.attempt)
+            row = await x.store.steps.get_attempt(x.run_id, cmd.position, rec.attempt)
             delivered = row is not None and row["delivered_at"] is not None
             data = decode(row["output"]) if row is not None and delivered else None
         if delivered:

@@ -157,7 +157,7 @@ class StepRecorder:
 
     async def _write(self, batch: list[Pending]) -> None:
         try:
-            written = await self._store.record_many(
+            written = await self._store.steps.record_many(
                 self._worker_id, [(lease, step) for lease, step, _ in batch]
             )
         except Exception as exc:

@@ -14,6 +14,7 @@ from ..backends import Connector, Fetched, Row, Sent, Tx
 from ..core.codec import decode, encode
 from ..core.errors import InvalidInput, LeaseLostError, RunNotFound, RunTerminalError
 from .records import Lease, PendingStep
+from .steps import StepRecords
 
 
 def check_signal_name(name: object) -> str:
@@ -27,14 +28,12 @@ def check_signal_name(name: object) -> str:
 
 class Sends:
     """The signal half of `Store` (a mixin: it needs `db`, `namespace`, `channel` and the
-    step records)."""
+    step records, `steps`)."""
 
     db: Connector
     namespace: str
     channel: str
-    check_lease: Callable[[Tx, Lease], Awaitable[datetime]]
-    record_finish: Callable[[Lease, PendingStep, Tx], Awaitable[None]]
-    record_start: Callable[..., Awaitable[datetime | None]]
+    steps: StepRecords
 
     async def send_signal(
         self,
@@ -165,13 +164,13 @@ class Sends:
         async with self.db.transaction() as tx:
             taken = await self.take_signal(tx, signal, lease.run_id)
             if taken is not None:
-                await self.record_finish(lease, PendingStep(
+                await self.steps.record_finish(lease, PendingStep(
                     position, attempt, step, "signal-wait", "completed",
                     output_json=taken["data"], seq=seq, signal=signal,
                     signal_expires_at=taken["expires_at"],
                 ), tx)  # fmt: skip
                 return taken["data"] or "null", None
-            wake_at = await self.record_start(
+            wake_at = await self.steps.record_start(
                 lease, position, attempt, step, "signal-wait", tx=tx, signal=signal,
                 wait_s=timeout_s,
             )  # fmt: skip
@@ -184,10 +183,10 @@ class Sends:
     ) -> dict[str, Any]:  # fmt: skip
         """Send a signal and record the sending step (log entry `seq`) in one transaction."""
         async with self.db.transaction() as tx:
-            await self.check_lease(tx, lease)
+            await self.steps.check_lease(tx, lease)
             sent = await self.send_signal_in(tx, signal, data_json, key, run_id, expires_s)
             result = await sent()
-            await self.record_finish(lease, PendingStep(
+            await self.steps.record_finish(lease, PendingStep(
                 position, attempt, step, "signal-send", "completed",
                 output_json=encode_result(result), seq=seq,
             ), tx)  # fmt: skip

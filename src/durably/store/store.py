@@ -1,4 +1,10 @@
-"""The engine's operations on its tables, over either dialect's named queries.
+"""The engine's operations on runs, over either dialect's named queries: a run started,
+read, listed, canceled; claimed, renewed, parked, held or let go by a worker.
+
+What else is written about a run is the concern of a collaborator the store holds, each
+over the same connector: `steps` (its step records) and `ends` (its end, or a retry's);
+and of its mixins, `Sends` (signals sent and taken) and `GiveBacks` (a signal a wait held,
+handed back).
 
 Everything that writes on behalf of a worker is fenced: it carries a `Lease` and commits
 only while that lease is live (see the header of each `queries.sql`). Everything that
@@ -14,37 +20,24 @@ from typing import Any
 
 from ..backends import Connector, Row, Tx
 from ..core.codec import canonical, decode, encode
-from ..core.errors import (
-    DatabaseUnavailable,
-    IdempotencyConflictError,
-    LeaseLostError,
-    RunNotFound,
-    RunTerminalError,
-    user_failure,
-)
+from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
 from .ends import RunEnds
 from .giveback import GiveBacks
 from .models import Run, StepAttempt
-from .records import Lease, NewRun, PendingStep
+from .records import Lease, NewRun
 from .sends import Sends
-
-
-class _BodyFailed(Exception):
-    """Carries a `step.transaction` body's own error past the connector, which would
-    take a database error for the engine's (its retry policy decides, not the lease)."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
+from .steps import StepRecords
 
 
 class Store(Sends, GiveBacks):
-    """durably's tables, as operations."""
+    """durably's tables, as operations on runs; the rest of what is written about a run is
+    its collaborators' (`steps`, `ends`) and its mixins'."""
 
     def __init__(self, connector: Connector, namespace: str) -> None:
         self.db = connector
         self.namespace = namespace
         self.channel = f"durably_{connector.schema}"
+        self.steps = StepRecords(connector)
         self.ends = RunEnds(connector, self.channel)
 
     # ----------------------------------------------------------------- client side
@@ -245,50 +238,6 @@ class Store(Sends, GiveBacks):
         )
         return {r["id"]: r for r in rows}
 
-    async def record_start(
-        self,
-        lease: Lease,
-        position: int,
-        attempt: int,
-        step: str,
-        kind: str,
-        *,
-        tx: Tx | None = None,
-        signal: str | None = None,
-        child_run_id: str | None = None,
-        wait_s: float | None = None,
-    ) -> datetime | None:
-        """Record an attempt as running; for waits, the wake time (now + wait_s, DB clock)."""
-        params = dict(
-            lease.params(), position=position, attempt=attempt, step=step, kind=kind,
-            signal=signal, child_run_id=child_run_id, wait_s=wait_s,
-        )  # fmt: skip
-        rows = await (tx.fetch if tx else self.db.fetch)("record_start", **params)
-        if not rows:
-            raise LeaseLostError(f"lost the lease on run {lease.run_id} before step {step!r}")
-        wake_at: datetime | None = rows[0]["wake_at"]
-        return wake_at
-
-    async def record_finish(self, lease: Lease, step: PendingStep, tx: Tx) -> None:
-        """Record an attempt's end in `tx`; LeaseLostError (nothing written) without a live
-        lease, or if the attempt was already recorded completed."""
-        rows = await tx.fetch("record_finish", **lease.params(), **step.params())
-        if not rows:
-            raise LeaseLostError(
-                f"lost the lease on run {lease.run_id}; the result of step {step.name!r} was "
-                "not recorded and another worker will run it"
-            )
-
-    async def record_many(
-        self, worker_id: str, items: list[tuple[Lease, PendingStep]]
-    ) -> dict[tuple[str, int, int], str]:
-        """Record step attempts of several runs in one statement, each under its own
-        lease; the (run, position, attempt) keys that were written, with their run's
-        status (a canceled run's worker may have missed the news)."""
-        batch = "[" + ",".join(step.batch_entry(lease) for lease, step in items) + "]"
-        rows = await self.db.fetch("record_many", worker_id=worker_id, batch=batch)
-        return {(r["run_id"], r["position"], r["attempt"]): r["run_status"] for r in rows}
-
     async def start_child(
         self, lease: Lease, position: int, attempt: int, step: str, new: NewRun,
         timeout_s: float | None,
@@ -296,65 +245,14 @@ class Store(Sends, GiveBacks):
         """Start a child run and record the parent's wait for it; (the wait's timeout,
         whether the child is new: an existing one may have ended already)."""
         async with self.db.transaction() as tx:
-            await self.check_lease(tx, lease)
+            await self.steps.check_lease(tx, lease)
             _, created = await self.insert_run(tx, new)
-            wake_at = await self.record_start(
+            wake_at = await self.steps.record_start(
                 lease, position, attempt, step, "child", tx=tx, child_run_id=new.run_id,
                 wait_s=timeout_s,
             )  # fmt: skip
         self.db.notify_local("run")
         return wake_at, created
-
-    async def transact(
-        self, lease: Lease, lease_s: float, position: int, attempt: int, step: str,
-        seq: int | None, fn: Any, args: tuple[Any, ...], encode_result: Any,
-        compensable: bool = False,
-    ) -> str:  # fmt: skip
-        """`fn(conn, *args)`, the lease check and the step's record in one transaction;
-        the recorded output. (A transaction's undo is one too, at the undo's position,
-        with no `seq`: compensations are not entries of the run's log.)
-
-        The run is not locked while `fn` runs (`body_lease`): the record at the end checks
-        the fence again, and the transaction (idle for `lease_s`) ends on the server.
-        If the connection fails at COMMIT, the transaction may have committed without
-        telling us: the record (same run, position and attempt) says which.
-        """
-        output: str | None = None
-        try:
-            async with self.db.transaction(pipelined=False) as tx:  # the body's connection
-                await self.check_lease(
-                    tx, lease, "body_lease", idle_ms=max(1, round(lease_s * 1000))
-                )
-                try:
-                    result = await tx.call(fn, *args)
-                except BaseException as exc:  # the body's own error, even a database one
-                    failure = user_failure(exc)  # even SystemExit; not a cancellation
-                    if isinstance(failure, Exception):
-                        raise _BodyFailed(failure) from exc
-                    raise
-                output = encode_result(result)
-                await self.record_finish(lease, PendingStep(
-                    position, attempt, step, "transaction", "completed", output_json=output,
-                    seq=seq, compensable=compensable,
-                ), tx)  # fmt: skip
-        except _BodyFailed as failed:
-            raise failed.error from failed.error.__cause__
-        except DatabaseUnavailable:
-            if output is None:
-                raise
-            row = await self.get_attempt(lease.run_id, position, attempt)
-            if row is None or row["status"] != "completed":
-                raise
-        assert output is not None
-        return output
-
-    async def check_lease(
-        self, tx: Tx, lease: Lease, query: str = "check_lease", **params: Any
-    ) -> datetime:
-        rows = await tx.fetch(query, **lease.params(), **params)
-        if not rows:
-            raise LeaseLostError(f"lost the lease on run {lease.run_id}; nothing was committed")
-        return rows[0]["db_now"]  # type: ignore[no-any-return]
 
     async def park(
         self, lease: Lease, status: str, wake_at: datetime | None, waiting_for: str | None,
@@ -384,7 +282,3 @@ class Store(Sends, GiveBacks):
     async def release(self, lease: Lease) -> None:
         await self.db.fetch("release", **lease.params())
         self.db.notify_local("run")
-
-    async def get_attempt(self, run_id: str, position: int, attempt: int) -> Row | None:
-        rows = await self.db.fetch("get_attempt", run_id=run_id, position=position, attempt=attempt)
-        return rows[0] if rows else None

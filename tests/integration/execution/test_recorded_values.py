@@ -237,13 +237,13 @@ async def test_values_ride_with_the_records_of_the_pass_that_read_them(
     in a statement of their own beside it, which might commit first)."""
     app = Durably(db_url)
     statements: list[list[str]] = []
-    original = app.store.record_many
+    original = app.store.steps.record_many
 
     async def record_many(worker_id: str, batch: list[Any]) -> Any:
         statements.append([step.name for _, step in batch])
         return await original(worker_id, batch)
 
-    app.store.record_many = record_many  # type: ignore[method-assign,assignment]
+    app.store.steps.record_many = record_many  # type: ignore[method-assign,assignment]
 
     def echo(value: str) -> str:
         return value

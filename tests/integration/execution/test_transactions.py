@@ -82,7 +82,7 @@ async def test_transaction_step_after_lost_lease_commits_nothing(db_url: str) ->
                 await asyncio.to_thread(_expire_lease, app, handle.run_id)
                 with pytest.raises(LeaseLostError):
                     async with app.store.db.transaction() as tx:
-                        await app.store.check_lease(tx, execution.lease)
+                        await app.store.steps.check_lease(tx, execution.lease)
             finally:
                 expired.set()
             await eventually(lambda: handle.run_id not in worker.running,

@@ -126,7 +126,7 @@ async def test_records_and_ends_insert_step_rows_in_one_order(
                 " status, fence, worker_id) VALUES ('r1', 0, 1, 'z', 'function', 'running', 1,"
                 " 'w')"
             )
-            records = asyncio.create_task(app.store.record_many("w", [(l2, y), (l1, x)]))
+            records = asyncio.create_task(app.store.steps.record_many("w", [(l2, y), (l1, x)]))
             await eventually(lambda: _lock_waits(pg_url, 1), what="the records to wait")
             ends = asyncio.create_task(app.store.ends.finish_many("w", [
                 RunEnd(l1, "completed", "1", None, [x]), RunEnd(l2, "completed", "2", None, [y]),
@@ -207,13 +207,13 @@ class _CountingStore:
     def __init__(self, app: Durably) -> None:
         self.written: list[str] = []
         store = app.store
-        original = store.record_many
+        original = store.steps.record_many
 
         async def record_many(worker_id: str, batch: list[tuple[Lease, PendingStep]]) -> Any:
             self.written += [step.name for _, step in batch]
             return await original(worker_id, batch)
 
-        store.record_many = record_many  # type: ignore[method-assign,assignment]
+        store.steps.record_many = record_many  # type: ignore[method-assign,assignment]
 
 
 @pytest.mark.parametrize("refused", [False, True])

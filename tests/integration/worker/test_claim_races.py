@@ -143,7 +143,7 @@ async def test_what_the_previous_holder_commits_while_the_claim_is_under_way_is_
                 batch = f"[{record.batch_entry(lease)}]"
                 assert await tx.fetch("record_many", worker_id="old", batch=batch)
             else:
-                await store.record_start(lease, 1, 1, "once", "function", tx=tx)
+                await store.steps.record_start(lease, 1, 1, "once", "function", tx=tx)
             await eventually(lambda: _lapsed(starter, handle.run_id), what="the lease to end")
             await holder.execute("SELECT 1 FROM durably.queues WHERE name = 'nobody' FOR UPDATE")
             worker = worker_app.worker()
