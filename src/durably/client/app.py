@@ -382,7 +382,7 @@ class App(OperatingApi):
         expires_s = parse_duration(expires).total_seconds() if expires is not None else None
         await self.open()
         data_json = encode(data, f"the data of signal {name!r}", self.max_payload)
-        return await self.store.send_signal(
+        return await self.store.sends.send_signal(
             name, data_json, idempotency_key, run_id, connection, expires_s
         )
 

@@ -101,7 +101,9 @@ class LiveWaits:
             await self.log.durable_through(seq)
             if self.stop is None and self.fatal is None:  # else the next claim's replay does
                 self._given_to(
-                    await self.store.give_back_signal(self.lease, cmd.signal, cmd.position, seq)
+                    await self.store.givebacks.give_back_signal(
+                        self.lease, cmd.signal, cmd.position, seq
+                    )
                 )
         except Exception as exc:
             if not self.concluded:
@@ -110,7 +112,9 @@ class LiveWaits:
     async def _abandon(self, cmd: Command, attempt: int) -> None:
         try:
             self._given_to(
-                await self.store.abandon_wait(self.lease, cmd.position, attempt, cmd.signal)
+                await self.store.givebacks.abandon_wait(
+                    self.lease, cmd.position, attempt, cmd.signal
+                )
             )
         except Exception as exc:
             if not self.concluded:

@@ -75,7 +75,7 @@ async def run_signal_wait(x: Claimed, cmd: Command, spec: SignalWait) -> None:
     attempt = x.new_attempt(cmd.position)
     seq = x.log.reserve()
     try:
-        taken, wake_at = await x.store.begin_signal_wait(
+        taken, wake_at = await x.store.sends.begin_signal_wait(
             x.lease, cmd.position, attempt, cmd.name, signal, spec.timeout, seq
         )
     except BaseException:
@@ -104,7 +104,7 @@ async def _resolve_wait(
     which the workflow receives as `NO_SIGNAL`: the wait's default)."""
     seq = x.log.reserve()
     try:
-        stored, delivered = await x.store.resolve_wait(
+        stored, delivered = await x.store.sends.resolve_wait(
             x.lease, cmd.position, attempt, signal, status, output, error, seq
         )
     except BaseException:
@@ -123,7 +123,7 @@ async def run_send_signal(x: Claimed, cmd: Command, spec: SignalSend) -> None:
     attempt = x.new_attempt(cmd.position)
     seq = x.log.reserve()
     try:
-        result = await x.store.send_signal_step(
+        result = await x.store.sends.send_signal_step(
             x.lease, cmd.position, attempt, cmd.name, seq, spec.signal, spec.data_json,
             spec.key, spec.run_id, lambda value: x.encode(value, "a signal result"),
             spec.expires_s,

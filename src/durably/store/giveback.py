@@ -9,19 +9,21 @@ own transaction: see `RunEnds.retry_run`.)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..backends import Connector, Row, Tx
+from ..backends import Connector, Row
 from ..core.errors import LeaseLostError
 from .records import Lease
+from .sends import Sends
 
 
 class GiveBacks:
-    """The give-back half of `Store` (a mixin: it needs `db` and `lock_signal`)."""
+    """Signals given back by a run's waits, over the connector, under the name's lock
+    that `sends` takes for a send."""
 
-    db: Connector
-    lock_signal: Callable[[Tx, str], Awaitable[None]]
+    def __init__(self, connector: Connector, sends: Sends) -> None:
+        self.db = connector
+        self.sends = sends
 
     async def abandon_wait(
         self, lease: Lease, position: int, attempt: int, signal: str | None = None
@@ -60,7 +62,7 @@ class GiveBacks:
 
         async def once() -> tuple[list[Row], list[Row]]:
             async with self.db.transaction() as tx:
-                await self.lock_signal(tx, signal)
+                await self.sends.lock_signal(tx, signal)
                 back = await tx.send(query, **lease.params(), **where)
                 given = await tx.send("deliver_buffered", **lease.params(), name=signal)
             return await back.rows(), await given.rows()

@@ -27,13 +27,16 @@ def check_signal_name(name: object) -> str:
 
 
 class Sends:
-    """The signal half of `Store` (a mixin: it needs `db`, `namespace`, `channel` and the
-    step records, `steps`)."""
+    """The signals of a namespace, over the connector; a step that sends or waits is
+    recorded by the `steps` it is given, in the same transaction."""
 
-    db: Connector
-    namespace: str
-    channel: str
-    steps: StepRecords
+    def __init__(
+        self, connector: Connector, namespace: str, channel: str, steps: StepRecords
+    ) -> None:
+        self.db = connector
+        self.namespace = namespace
+        self.channel = channel
+        self.steps = steps
 
     async def send_signal(
         self,

@@ -2,13 +2,13 @@
 read, listed, canceled; claimed, renewed, parked, held or let go by a worker.
 
 What else is written about a run is the concern of a collaborator the store holds, each
-over the same connector: `steps` (its step records) and `ends` (its end, or a retry's);
-and of its mixins, `Sends` (signals sent and taken) and `GiveBacks` (a signal a wait held,
-handed back).
+over the same connector: `steps` (its step records), `sends` (signals sent and taken),
+`givebacks` (a signal a wait held, handed back) and `ends` (its end, or a retry's).
 
 Everything that writes on behalf of a worker is fenced: it carries a `Lease` and commits
 only while that lease is live (see the header of each `queries.sql`). Everything that
-clients call (start, signal, cancel) may run inside the caller's own transaction.
+clients call (start, cancel, a signal's send) may run inside the caller's own
+transaction.
 """
 
 from __future__ import annotations
@@ -29,15 +29,17 @@ from .sends import Sends
 from .steps import StepRecords
 
 
-class Store(Sends, GiveBacks):
+class Store:
     """durably's tables, as operations on runs; the rest of what is written about a run is
-    its collaborators' (`steps`, `ends`) and its mixins'."""
+    its collaborators' (`steps`, `sends`, `givebacks`, `ends`)."""
 
     def __init__(self, connector: Connector, namespace: str) -> None:
         self.db = connector
         self.namespace = namespace
         self.channel = f"durably_{connector.schema}"
         self.steps = StepRecords(connector)
+        self.sends = Sends(connector, namespace, self.channel, self.steps)
+        self.givebacks = GiveBacks(connector, self.sends)
         self.ends = RunEnds(connector, self.channel)
 
     # ----------------------------------------------------------------- client side

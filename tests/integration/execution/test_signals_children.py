@@ -20,7 +20,7 @@ from durably import (
     WorkflowTimeoutError,
 )
 from durably.execution.execution import Execution
-from durably.store.store import Store
+from durably.store.sends import Sends
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -90,20 +90,20 @@ async def test_a_signal_sent_as_its_wait_begins_is_received_at_once(
     the wait works on), so nothing else would take the wait up before the next heartbeat."""
     app = Durably(db_url)
     pokes: list[str] = []
-    poke, begin = Execution.poke, Store.begin_signal_wait
+    poke, begin = Execution.poke, Sends.begin_signal_wait
 
     def counted(self: Execution) -> None:
         pokes.append(self.run_id)
         poke(self)
 
-    async def send_as_it_begins(self: Store, *args: Any) -> Any:
+    async def send_as_it_begins(self: Sends, *args: Any) -> Any:
         began = await begin(self, *args)
         await app.send_signal("go", "now")  # delivered to the wait just recorded
         await eventually(lambda: pokes, what="the send's poke")  # the lifecycle is busy
         return began
 
     monkeypatch.setattr(Execution, "poke", counted)
-    monkeypatch.setattr(Store, "begin_signal_wait", send_as_it_begins)
+    monkeypatch.setattr(Sends, "begin_signal_wait", send_as_it_begins)
 
     async def busy(ctx: StepContext) -> bool:
         """Works until the wait beside it has received its signal (True), or gives up."""

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from durably import Durably, RetryPolicy, RunHandle, StepContext
-from durably.store.store import Store
+from durably.store.giveback import GiveBacks
 from tests.helpers import duration, eventually, scaled
 
 
@@ -92,14 +92,14 @@ async def test_a_later_wait_receives_what_an_abandoned_wait_was_sent(
     """The loser is still a running wait when the workflow stops awaiting it, and its
     signal arrives as it is abandoned: the next wait on that name receives it."""
     app = Durably(db_url)
-    original = Store.abandon_wait
+    original = GiveBacks.abandon_wait
 
-    async def sent_as_abandoned(self: Store, *args: Any) -> Any:
+    async def sent_as_abandoned(self: GiveBacks, *args: Any) -> Any:
         await app.send_signal("no", "n")  # delivered to the loser: still a running wait
         await asyncio.sleep(delay)  # with a delay, the later wait begins first
         return await original(self, *args)
 
-    monkeypatch.setattr(Store, "abandon_wait", sent_as_abandoned)
+    monkeypatch.setattr(GiveBacks, "abandon_wait", sent_as_abandoned)
 
     @app.workflow(name="first", version="v1")
     async def first(ctx: Any) -> list[Any]:
@@ -169,13 +169,13 @@ def _yes_or_no(ctx: Any) -> Any:
 
 
 def _slow_give_back(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    original = Store.give_back_signal
+    original = GiveBacks.give_back_signal
 
-    async def slow(self: Store, *args: Any) -> Any:
+    async def slow(self: GiveBacks, *args: Any) -> Any:
         await asyncio.sleep(seconds)
         return await original(self, *args)
 
-    monkeypatch.setattr(Store, "give_back_signal", slow)
+    monkeypatch.setattr(GiveBacks, "give_back_signal", slow)
 
 
 async def _is(handle: RunHandle[Any], status: str) -> bool:

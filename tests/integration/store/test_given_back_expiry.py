@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from durably import Durably, RetryPolicy, RunHandle, StepFailedError
-from durably.store.store import Store
+from durably.store.giveback import GiveBacks
 from tests.helpers import duration, eventually, scaled
 
 ONCE = RetryPolicy(max_attempts=1)
@@ -57,13 +57,13 @@ async def test_an_abandoned_wait_gives_back_its_signal_with_its_expiry(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = Durably(db_url)
-    original = Store.abandon_wait
+    original = GiveBacks.abandon_wait
 
-    async def sent_as_abandoned(self: Store, *args: Any) -> Any:
+    async def sent_as_abandoned(self: GiveBacks, *args: Any) -> Any:
         await app.send_signal("no", "n", expires="1ms")  # delivered to the running loser
         return await original(self, *args)
 
-    monkeypatch.setattr(Store, "abandon_wait", sent_as_abandoned)
+    monkeypatch.setattr(GiveBacks, "abandon_wait", sent_as_abandoned)
 
     @app.workflow(name="first", version="v1")
     async def first(ctx: Any) -> list[Any]:

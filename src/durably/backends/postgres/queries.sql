@@ -678,7 +678,7 @@ WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency
 
 -- name: get_run_to_signal
 -- deadline: none
--- The run a send addresses, locked as the send will update it (see `Store._live_run`);
+-- The run a send addresses, locked as the send will update it (see `Sends._live_run`);
 -- after the name's lock, waited for as long as it is held (see send_signal).
 SELECT * FROM {schema}.runs WHERE id = :run_id FOR NO KEY UPDATE;
 
