@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import typer
 
@@ -111,8 +112,8 @@ def serve(
 
     missing = web.missing_extra()
     if missing:
-        fail(f"durably serve needs the web extra ({', '.join(missing)} is not installed): "
-             f"{web.INSTALL}", 2)  # fmt: skip
+        absent = f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
+        fail(f"durably serve needs the web extra ({absent}): {web.INSTALL}", 2)
     from ..web.app import PREFIX, create_app
     from ..web.credential import new_token
     from ..web.guard import HostAllowList, netloc
@@ -125,7 +126,9 @@ def serve(
     try:
         sock = bind(host, port)
     except OSError as exc:
-        fail(f"cannot serve on {netloc(host, port)}: {exc.strerror or exc}", 1)
+        # create_server's message names the address again: the system's words suffice
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        fail(f"cannot serve on {netloc(host, port)}: {why}", 1)
     port = sock.getsockname()[1]
     typer.echo(f"durably API on http://{netloc(host, port)}{PREFIX}/  (token: {secret})")
     if host.strip("[]") in ("0.0.0.0", "::") and not allow_host:
