@@ -7,6 +7,7 @@ Every route goes through the app's public client API (`Durably`), as the CLI doe
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -81,8 +82,7 @@ class Api:
         """`durably start`: 201 and `{"run_id", "status", "version"}` for a new run; 200
         for the run an idempotency key started before with an equal input."""
         body = await self._body(request, _START, "a start")
-        workflow = _text(body, "workflow", required=True)
-        assert workflow is not None
+        workflow = _name(body, "workflow")
         if body.get("attributes") not in (None, {}):
             raise BadRequest("attributes: this version of durably has no search attributes "
                              "(SPEC §4.24) yet; start the run without them")  # fmt: skip
@@ -123,10 +123,9 @@ class Api:
         """`durably resume`: the run, pending again (400 unless it failed or was canceled)."""
         return await self._act(request, self.durably.resume)
 
-    async def _act(self, request: Request, action: Any) -> Response:
-        await self._body(request, (), "this action", optional=True)
-        run: Run = await action(_run_id(request))
-        return Document(documents.run(run))
+    async def _act(self, request: Request, action: Callable[[str], Awaitable[Run]]) -> Response:
+        await self._body(request, (), "this action", optional=True)  # none, or {}
+        return Document(documents.run(await action(_run_id(request))))
 
     async def get_event(self, request: Request) -> Response:
         """`app.get_event`: `{"run_id", "key", "value"}`, the latest value the run set
@@ -149,8 +148,7 @@ class Api:
     async def send_signal(self, request: Request) -> Response:
         """`durably signal`: the §4.3 result `{"delivered_to", "buffered", "duplicate"}`."""
         body = await self._body(request, _SIGNAL, "a signal")
-        name = _text(body, "name", required=True)
-        assert name is not None
+        name = _name(body, "name")
         result = await self.durably.send_signal(
             name, body.get("data"), idempotency_key=_text(body, "idempotency_key"),
             run_id=_text(body, "run"), expires=_text(body, "expires"),
@@ -209,12 +207,16 @@ def _shown(value: Any) -> str:
     return kinds.get(type(value), type(value).__name__)
 
 
-def _text(body: dict[str, Any], name: str, required: bool = False) -> str | None:
-    value = body.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or (required and not value):
-        raise BadRequest(f"{name} must be a non-empty string, not {_shown(value)}")
+def _text(body: dict[str, Any], field: str) -> str | None:
+    """An optional text field (null: not given)."""
+    return None if body.get(field) is None else _name(body, field)
+
+
+def _name(body: dict[str, Any], field: str) -> str:
+    """A field that must be given, as a non-empty string."""
+    value = body.get(field)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"{field} must be a non-empty string, not {_shown(value)}")
     return value
 
 
