@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -125,3 +127,23 @@ def test_metrics_have_samples_for_every_declared_queue(db_url: str) -> None:
     for queue in ("idle", "remote"):
         for gauge in ("running", "waiting"):
             assert f'durably_queue_{gauge}{{queue="{queue}"}} 0.0' in metrics, metrics
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any) -> None:
+        return None
+
+
+def test_logging_in_takes_the_token_only(served: tuple[str, Durably]) -> None:
+    base, _ = served
+    opener = urllib.request.build_opener(_NoRedirect)
+    for token, code in [("wrong", 403), ("t0ke", 403), ("t0kén", 403), ("t0ken", 303)]:
+        form = urllib.parse.urlencode({"token": token}).encode()
+        try:
+            answer = opener.open(f"{base}/login", data=form, timeout=scaled(10))
+        except urllib.error.HTTPError as exc:
+            answer = exc
+        with answer:
+            assert answer.status == code, token
+            cookie = answer.headers.get("Set-Cookie") or ""
+            assert ("durably_token=t0ken" in cookie) == (code == 303)

@@ -6,7 +6,6 @@ import asyncio
 import importlib
 import json
 import os
-import re
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 
+from ..client import documents
 from ..client.app import DEFAULT_URL
 from ..client.durably import Durably
 from ..core.codec import parse
@@ -102,11 +102,11 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def report(message: str, code: int, as_json: bool) -> NoReturn:
     """An error as one line on stderr (with --json, the JSON document `{"error", "exit"}`),
     and exit with `code`: what `main` does with every error of every command."""
-    line = re.sub(r"\s*\n\s*", " ", message.strip())  # a driver's message may span lines
+    doc = documents.error(message)
     if as_json:
-        typer.echo(json.dumps({"error": line, "exit": code}), err=True)
+        typer.echo(json.dumps({**doc, "exit": code}), err=True)
     else:
-        typer.echo(f"error: {line}", err=True)
+        typer.echo(f"error: {doc['error']}", err=True)
     sys.exit(code)
 
 
@@ -145,7 +145,7 @@ def parse_json(text: str | None, what: str) -> Any:
 
 
 def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
+    typer.echo(documents.text(data, indent=2))
 
 
 def options(ctx: typer.Context) -> Options:

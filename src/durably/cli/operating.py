@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from ..client import documents
 from ..core.durations import parse_duration
 from ..core.errors import ConfigurationError
 from ..store.models import TERMINAL
@@ -42,7 +43,7 @@ def resume(
         return await durably.resume(await durably.run_id_from_prefix(run_id))
 
     r = run(go(), durably)
-    _print_run(r.to_dict(), json_out, "resumed")
+    _print_run(documents.run(r), json_out, "resumed")
 
 
 def fork(
@@ -68,7 +69,7 @@ def fork(
         return handle.run or await handle.get()
 
     r = run(go(), durably)
-    _print_run(r.to_dict(), json_out, "forked")
+    _print_run(documents.run(r), json_out, "forked")
 
 
 def purge(

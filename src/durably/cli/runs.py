@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from ..client import documents
 from ..client.durably import Durably
 from ..core.durations import parse_instant
 from ..core.errors import ConfigurationError, InvalidInput
@@ -68,7 +69,7 @@ def start(
         return handle.run or await handle.get()
 
     r = run(go(), durably)
-    doc = {"run_id": r.run_id, "status": r.status, "version": r.version}
+    doc = documents.started(r)
     if wait:
         doc.update(output=r.output, error=r.error)
     if json_out:
@@ -127,7 +128,7 @@ def cancel(
 
     r = run(durably.cancel(run_id), durably)
     if json_out:
-        print_json(r.to_dict())
+        print_json(documents.run(r))
     else:
         typer.echo(f"run {r.run_id} {r.status}")
 
@@ -157,7 +158,7 @@ def list_runs(
 
     found = run(go(), durably)
     if json_out:
-        print_json([r.to_dict() for r in found])
+        print_json(documents.runs(found))
     else:
         _render.runs_table(found)
 
@@ -187,8 +188,7 @@ def show(
 
     r, steps, events = run(go(), durably)
     if json_out:
-        print_json({"run": r.to_dict(), "steps": [s.to_dict() for s in steps],
-                    "events": events})  # fmt: skip
+        print_json(documents.shown(r, steps, events))
     else:
         _render.timeline(r, steps)
         _render.events(events)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 from http.cookies import SimpleCookie
+
+from ..web.credential import new_token, same_token
 
 COOKIE = "durably_token"
 
@@ -15,7 +16,7 @@ class Auth:
     """Checks that a state-changing request comes from a logged-in page of ours."""
 
     def __init__(self, token: str | None) -> None:
-        self.token = token or secrets.token_urlsafe(24)
+        self.token = new_token(token)
 
     def csrf(self) -> str:
         return hmac.new(self.token.encode(), b"durably-csrf", hashlib.sha256).hexdigest()
@@ -29,7 +30,11 @@ class Auth:
         cookie = SimpleCookie()
         cookie.load(cookie_header)
         morsel = cookie.get(COOKIE)
-        return morsel is not None and hmac.compare_digest(morsel.value, self.token)
+        return morsel is not None and same_token(morsel.value, self.token)
+
+    def matches(self, presented: str | None) -> bool:
+        """Whether `presented` (the login form's field) is the token."""
+        return same_token(presented, self.token)
 
     def user(self, cookie_header: str | None) -> str | None:
         """Who the request is logged in as, for the page's header: the token is the only
@@ -43,6 +48,6 @@ class Auth:
             return "the request came from another site"
         if not self.logged_in(cookie_header):
             return "this action needs the dashboard token: log in first"
-        if not hmac.compare_digest(form.get("csrf", ""), self.csrf()):
+        if not same_token(form.get("csrf"), self.csrf()):
             return "the form is stale or forged; reload the page"
         return None

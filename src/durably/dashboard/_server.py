@@ -192,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         form = self._form()
         if url.path == "/login":
-            if form.get("token") != self.owner.auth.token:
+            if not self.owner.auth.matches(form.get("token")):
                 self._send(403, _pages.login(error="wrong token", user=self._user()))
                 return
             self._redirect("/?message=logged+in", {"Set-Cookie": self.owner.auth.cookie_header()})
