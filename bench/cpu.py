@@ -1,6 +1,7 @@
 """`uv run python -m bench.cpu --database URL [--runs 3000] [--concurrency 50]`
 
-CPU time per run of a throughput drain, in the worker (this process) and in the
+CPU time per run of a throughput drain, and of the starts before it (`start_*`: one
+client starting the runs one by one), in the worker (this process) and in the
 PostgreSQL backends of its database (read from /proc, so the server must run on this
 machine; the poller that counts completed runs is one of them, and so is any other client
 of that database: give the benchmark a database of its own).
@@ -16,6 +17,8 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import psycopg
 
@@ -37,6 +40,24 @@ def _backends_cpu(pids: set[int]) -> float:
     return total / TICKS
 
 
+async def _starts(
+    app: Any, runs: int, backends: Callable[[], Awaitable[set[int]]]
+) -> dict[str, float]:
+    """CPU per start of `runs` starts, one after the other, by the client and PostgreSQL."""
+    await app.start("bench", -1)  # the pool's connection opened, its statements prepared
+    pids = await backends()
+    pg0, py0, t0 = _backends_cpu(pids), time.process_time(), time.perf_counter()
+    for k in range(runs - 1):
+        await app.start("bench", k)
+    pids |= await backends()
+    pg1, py1, t1 = _backends_cpu(pids), time.process_time(), time.perf_counter()
+    return {
+        "start_client_ms_per_run": round(1000 * (py1 - py0) / (runs - 1), 3),
+        "start_postgres_ms_per_run": round(1000 * (pg1 - pg0) / (runs - 1), 3),
+        "starts_per_s": round((runs - 1) / (t1 - t0), 1),
+    }
+
+
 async def drain(url: str, runs: int, concurrency: int) -> dict[str, float]:
     await reset(url)
     app = make_app(url)
@@ -49,8 +70,7 @@ async def drain(url: str, runs: int, concurrency: int) -> dict[str, float]:
         async def backends() -> set[int]:
             return {row[0] for row in await (await monitor.execute(query)).fetchall()}
 
-        for k in range(runs):
-            await app.start("bench", k)
+        started = await _starts(app, runs, backends)
         async with app.worker(concurrency=concurrency), _Reader(app) as reader:
             await asyncio.sleep(0.3)  # the pool's connections opened, the first claims made
             pids = await backends()
@@ -69,6 +89,7 @@ async def drain(url: str, runs: int, concurrency: int) -> dict[str, float]:
         "worker_ms_per_run": round(1000 * (py1 - py0) / n, 3),
         "postgres_ms_per_run": round(1000 * (pg1 - pg0) / n, 3),
         "runs_per_s": round(n / (t1 - t0), 1),
+        **started,
     }
 
 
