@@ -4,6 +4,7 @@ written; the §4.3 result as jsonb."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -36,7 +37,7 @@ async def test_every_waiting_run_receives_it(psql: Psql) -> None:
     async with app, app.worker():
         runs = [await app.start("wait", "go") for _ in range(2)]
         for run in runs:
-            await eventually(lambda run=run: _waiting(app, run.run_id), what="waiting")
+            await eventually(functools.partial(_waiting, app, run.run_id), what="waiting")
         sent = await _send(psql, "'go', '{\"n\": 1}'")
         assert sent == {"delivered_to": sorted(r.run_id for r in runs), "buffered": False,
                         "duplicate": False}  # fmt: skip
@@ -69,7 +70,9 @@ async def test_one_run_is_addressed_and_a_finished_one_refused(psql: Psql) -> No
         sent = await _send(psql, f"'solo', 'null', run_id => '{run.run_id}'")
         assert sent == {"delivered_to": [run.run_id], "buffered": False, "duplicate": False}
         assert await run.result(timeout=scaled(10)) is None
-        err = await psql.fails(f"SELECT durably.send_signal('solo', '1', run_id => '{run.run_id}');")
+        err = await psql.fails(
+            f"SELECT durably.send_signal('solo', '1', run_id => '{run.run_id}');"
+        )
         assert f"55000: cannot signal run {run.run_id}: it is already completed" in err
         err = await psql.fails("SELECT durably.send_signal('solo', '1', run_id => 'nope');")
         assert "P0002: no run with id 'nope'" in err

@@ -108,13 +108,17 @@ async def test_python_and_sql_starts_write_the_same(
     assert notified == (["run", "run"] if due else [])
 
 
-async def _written(conn: psycopg.AsyncConnection[Any], run_id: str) -> tuple[dict[str, Any], list[str]]:
+async def _written(
+    conn: psycopg.AsyncConnection[Any], run_id: str
+) -> tuple[dict[str, Any], list[str]]:
     """The run's row and the queues' names, then both deleted (the next start makes them
     anew, with the same idempotency key)."""
     cur = await conn.execute("SELECT * FROM durably.runs WHERE id = %s", (run_id,))
     assert cur.description is not None
     row = dict(zip([c.name for c in cur.description], await cur.fetchone() or (), strict=True))
-    queues = [r[0] for r in await (await conn.execute("SELECT name FROM durably.queues")).fetchall()]
+    queues = [
+        r[0] for r in await (await conn.execute("SELECT name FROM durably.queues")).fetchall()
+    ]
     await conn.execute("DELETE FROM durably.runs; DELETE FROM durably.queues")
     return row, queues
 

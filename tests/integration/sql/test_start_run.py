@@ -5,7 +5,6 @@ queues' limits, and bad arguments refused with nothing written."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from typing import Any
 
 import psycopg
@@ -109,7 +108,8 @@ async def test_a_key_answers_its_run_or_refuses_another_input(psql: Psql) -> Non
             assert "ERROR:  23505: idempotency key 'py' already started run" in err, err
             assert f"{python.run_id} of 'echo' with a different input" in err, err
         [sql] = await psql.ok(
-            "SELECT durably.start_run('echo', 'v1', '{\"b\": 1, \"a\": 2}', idempotency_key => 's');"
+            "SELECT durably.start_run('echo', 'v1', '{\"b\": 1, \"a\": 2}',"
+            " idempotency_key => 's');"
         )
         same = await app.start("echo", {"a": 2, "b": 1}, idempotency_key="s")
         assert same.run_id == sql
@@ -212,5 +212,3 @@ async def test_psql_sees_the_run_as_python_wrote_it(psql: Psql, version: str | N
     assert (run.status, run.concurrency_key, run.priority) == ("pending", "ck", 3)
     assert run.available_at is not None and run.created_at is not None
     assert 3590 < (run.available_at - run.created_at).total_seconds() < 3610
-
-
