@@ -50,16 +50,20 @@ async def test_a_signal_sent_before_its_wait_is_buffered_for_it(psql: Psql) -> N
     async with app:
         first = await _send(psql, "name => 'early', data => '[1]', idempotency_key => 'k'")
         again = await _send(psql, "'early', '[2]', idempotency_key => 'k'")
+        # One key whichever client sends: the Python client's send is the same one.
+        assert (await app.send_signal("early", [4], idempotency_key="k"))["duplicate"]
+        await app.send_signal("early", [5], idempotency_key="py")
+        assert (await _send(psql, "'early', '[6]', idempotency_key => 'py'"))["duplicate"]
         await _send(psql, "'early', '[3]', expires => interval '1 hour'")
         signals = await app.list_signals("early")
         assert first == {"delivered_to": [], "buffered": True, "duplicate": False}
         assert again == {"delivered_to": [], "buffered": True, "duplicate": True}
-        assert [s["data"] for s in signals] == [[1], [3]]
-        assert signals[0]["expires_at"] is None and signals[1]["expires_at"] is not None
+        assert [s["data"] for s in signals] == [[1], [5], [3]]
+        assert signals[0]["expires_at"] is None and signals[2]["expires_at"] is not None
         async with app.worker():
-            [one, two] = [await app.start("wait", "early") for _ in range(2)]
-            assert await one.result(timeout=scaled(10)) == [1]  # in send order, once each
-            assert await two.result(timeout=scaled(10)) == [3]
+            got = [await (await app.start("wait", "early")).result(timeout=scaled(10))
+                   for _ in range(3)]  # fmt: skip
+        assert got == [[1], [5], [3]]  # in send order, each to one wait
 
 
 async def test_one_run_is_addressed_and_a_finished_one_refused(psql: Psql) -> None:

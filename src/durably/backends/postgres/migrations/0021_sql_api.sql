@@ -130,7 +130,8 @@ $$;
 -- is what the workflow receives, on every replay too. A repeated key with an equal input
 -- (compared as the Python client compares: `same_json`) answers the run it started;
 -- another input raises 23505. Concurrent starts with one key make one run: the second
--- waits for the first's transaction, then answers its run (or inserts, if it rolled back).
+-- waits for the first's transaction, then answers its run (or inserts, if it rolled back);
+-- in a REPEATABLE READ or SERIALIZABLE transaction it fails instead (40001), to be retried.
 CREATE OR REPLACE FUNCTION {schema}.start_run(
     workflow text, version text, input jsonb, idempotency_key text DEFAULT NULL,
     queue text DEFAULT NULL, available_at timestamptz DEFAULT NULL,
