@@ -1,6 +1,8 @@
 """`uv run python -m bench MODE ...` — the scenarios of ../shared/bench, same JSON keys.
 
   throughput --concurrency C --runs N --database URL   -> {"runs_per_s", "steps_per_s"}
+             [--via sql]                                the runs started by start_run() in
+                                                        SQL, not by the Python client
   latency    --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
   signal     --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
   scale      --concurrency C --runs N --database URL   throughput with 1M finished and
@@ -38,6 +40,7 @@ def main() -> None:
     parser.add_argument("--sleeping", type=int, default=100_000)
     parser.add_argument("--queue-concurrency", type=int, default=50)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--via", choices=["client", "sql"], default="client")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     result = asyncio.run(scenarios.run(args))

@@ -1,6 +1,7 @@
-"""`uv run python -m bench.cpu --database URL [--runs 3000] [--concurrency 50]`
+"""`uv run python -m bench.cpu --database URL [--runs 3000] [--concurrency 50] [--via sql]`
 
-CPU time per run of a throughput drain, in the worker (this process) and in the
+CPU time per run of a throughput drain, and of the starts before it (`start_*`: one
+client starting the runs one by one), in the worker (this process) and in the
 PostgreSQL backends of its database (read from /proc, so the server must run on this
 machine; the poller that counts completed runs is one of them, and so is any other client
 of that database: give the benchmark a database of its own).
@@ -16,10 +17,12 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import psycopg
 
-from .scenarios import _Reader, make_app, reset
+from .scenarios import SCHEMA, _Reader, make_app, reset
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -37,7 +40,36 @@ def _backends_cpu(pids: set[int]) -> float:
     return total / TICKS
 
 
-async def drain(url: str, runs: int, concurrency: int) -> dict[str, float]:
+async def _starts(
+    app: Any, runs: int, backends: Callable[[], Awaitable[set[int]]], via: str
+) -> dict[str, float]:
+    """CPU per start of `runs` starts, one after the other, by the client and PostgreSQL:
+    the Python client's, or `start_run` called on a connection of its own (`via="sql"`)."""
+    async with await psycopg.AsyncConnection.connect(app.url, autocommit=True) as conn:
+        query = f"SELECT {SCHEMA}.start_run('bench', 'v1', CAST(%s AS jsonb))"
+
+        async def start(k: int) -> None:
+            if via == "sql":
+                await conn.execute(query, (str(k),), prepare=True)
+            else:
+                await app.start("bench", k)
+
+        await app.start("bench", -1)  # the app's pool open, as the worker will find it
+        await start(-2)  # the connection opened, its statements prepared
+        pids = await backends()
+        pg0, py0, t0 = _backends_cpu(pids), time.process_time(), time.perf_counter()
+        for k in range(runs - 2):
+            await start(k)
+        pids |= await backends()
+        pg1, py1, t1 = _backends_cpu(pids), time.process_time(), time.perf_counter()
+    return {
+        "start_client_ms_per_run": round(1000 * (py1 - py0) / (runs - 2), 3),
+        "start_postgres_ms_per_run": round(1000 * (pg1 - pg0) / (runs - 2), 3),
+        "starts_per_s": round((runs - 2) / (t1 - t0), 1),
+    }
+
+
+async def drain(url: str, runs: int, concurrency: int, via: str = "client") -> dict[str, float]:
     await reset(url)
     app = make_app(url)
     query = (
@@ -49,8 +81,7 @@ async def drain(url: str, runs: int, concurrency: int) -> dict[str, float]:
         async def backends() -> set[int]:
             return {row[0] for row in await (await monitor.execute(query)).fetchall()}
 
-        for k in range(runs):
-            await app.start("bench", k)
+        started = await _starts(app, runs, backends, via)
         async with app.worker(concurrency=concurrency), _Reader(app) as reader:
             await asyncio.sleep(0.3)  # the pool's connections opened, the first claims made
             pids = await backends()
@@ -69,6 +100,7 @@ async def drain(url: str, runs: int, concurrency: int) -> dict[str, float]:
         "worker_ms_per_run": round(1000 * (py1 - py0) / n, 3),
         "postgres_ms_per_run": round(1000 * (pg1 - pg0) / n, 3),
         "runs_per_s": round(n / (t1 - t0), 1),
+        **started,
     }
 
 
@@ -77,8 +109,14 @@ def main() -> None:
     parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--runs", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument(
+        "--via",
+        choices=["client", "sql"],
+        default="client",
+        help="start the runs by the Python client, or by start_run() in SQL",
+    )
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(drain(args.database, args.runs, args.concurrency))))
+    print(json.dumps(asyncio.run(drain(args.database, args.runs, args.concurrency, args.via))))
 
 
 if __name__ == "__main__":

@@ -57,15 +57,15 @@ def stats(xs: list[float]) -> dict[str, float]:
 
 
 async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, int] = (0, 0),
-                     queue_concurrency: int | None = None) -> dict[str, Any]:  # fmt: skip
+                     queue_concurrency: int | None = None, via: str = "client",
+                     ) -> dict[str, Any]:  # fmt: skip
     await reset(url)
     app = make_app(url, queue_concurrency)
     async with app:
         if any(prefill):
             await _prefill(app, url, *prefill)
         t0 = time.perf_counter()
-        for k in range(runs):
-            await app.start("bench", k)
+        await (_start_by_sql(url, runs) if via == "sql" else _start(app, runs))
         enqueue_s = time.perf_counter() - t0
         async with app.worker(concurrency=concurrency), _Reader(app) as reader:
             while await reader.completed() < runs:
@@ -74,6 +74,7 @@ async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, 
     return {
         "system": "durably",
         "mode": "throughput" if queue_concurrency is None else "queued",
+        "via": via,
         "queue_concurrency": queue_concurrency,
         "n": runs,
         "concurrency": concurrency,
@@ -82,6 +83,22 @@ async def throughput(url: str, concurrency: int, runs: int, prefill: tuple[int, 
         "runs_per_s": round(runs / span, 1),
         "steps_per_s": round(3 * runs / span, 1),
     }
+
+
+async def _start(app: Durably, runs: int) -> None:
+    for k in range(runs):
+        await app.start("bench", k)
+
+
+async def _start_by_sql(url: str, runs: int) -> None:
+    """The runs started as a client in another language would: `start_run` (SPEC §4.25),
+    one statement after the other on one connection of its own."""
+    if url.startswith("sqlite"):
+        raise SystemExit("--via sql needs PostgreSQL: SQLite has no functions")
+    query = f"SELECT {SCHEMA}.start_run('bench', 'v1', CAST(%s AS jsonb))"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for k in range(runs):
+            await conn.execute(query, (str(k),), prepare=True)
 
 
 class _Reader:
@@ -229,7 +246,7 @@ async def idle(url: str, concurrency: int, seconds: float) -> dict[str, Any]:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.mode == "throughput":
-        return await throughput(args.database, args.concurrency, args.runs)
+        return await throughput(args.database, args.concurrency, args.runs, via=args.via)
     if args.mode == "queued":
         return await queued(args)
     if args.mode in ("latency", "signal"):
