@@ -66,13 +66,15 @@ class QueueClaims:
     async def claim(
         self, queue: str, worker_id: str, pairs: list[tuple[str, str]], limit: int,
         lease_s: float, per_key: bool = True, held: Sequence[str] = (),
+        max_attempts: Sequence[int] | None = None,
     ) -> list[Row]:  # fmt: skip
         """Claim up to `limit` runs of the namespace in `queue` within its limits (several
         round trips on PostgreSQL: the lock and the claim are statements of their own, so
         that the claim's snapshot sees every claim committed before it got the lock).
 
         Candidates are locked as they are read: `limit` of them per (workflow, version),
-        more when a `per_key` limit may pass over some (`per_key`)."""
+        more when a `per_key` limit may pass over some (`per_key`). `max_attempts`, one per
+        pair: what the claim writes on a run started from SQL (`start_run` stores 0)."""
         params = {
             "queue": queue, "namespace": self.namespace, "worker_id": worker_id,
             "workflows": [p[0] for p in pairs], "versions": [p[1] for p in pairs],
@@ -80,6 +82,7 @@ class QueueClaims:
             "scan": max(4 * limit, 32) if per_key else limit,
             "lease": lease_s, "token": uuid.uuid4().hex, "channel": self.channel,
             "held": list(held),  # runs the worker still executes (see `Store.claim`)
+            "max_attempts": list(max_attempts) if max_attempts is not None else [1] * len(pairs),
         }  # fmt: skip
         async with self.db.transaction() as tx:
             if not await tx.fetch("lock_queue", queue=queue, ttl=lease_s):

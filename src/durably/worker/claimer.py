@@ -119,8 +119,9 @@ class Claimer:
         # Every pair served, not only those of the queue's workflows today: a run keeps the
         # queue it was started in, and a workflow moved to another queue (or to none) while
         # this one is still declared leaves its runs here.
+        attempts = [wf.retry.max_attempts for wf in self.app.workflows.values()]
         got = await self.queues.claim(source, self.worker_id, self._pairs(), want,
-                                      self.lease_s, per_key, self._held)  # fmt: skip
+                                      self.lease_s, per_key, self._held, attempts)  # fmt: skip
         if 0 < len(got) < want:
             self._saturated.add(source)
         else:  # all it was asked for, or nothing: none left due (or taken elsewhere)

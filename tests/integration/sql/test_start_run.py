@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from durably import Durably, WorkflowContext
+from durably import Durably, RetryPolicy, WorkflowContext
 from durably.store.queues import QueueClaims
 from tests.helpers import eventually, scaled
 from tests.integration.sql.conftest import Psql
@@ -157,6 +157,28 @@ async def test_a_queued_start_keeps_to_the_queue_limits(psql: Psql) -> None:
         assert await app.store.claim("w", [("job", "v1")], 10, 30.0) == []  # not unqueued
         counts = {c["name"]: c for c in await app.queue_counts()}
     assert (counts["q"]["running"], counts["q"]["waiting"]) == (1, 2)
+
+
+async def test_a_queued_start_gets_the_workflows_retries(psql: Psql) -> None:
+    # start_run cannot know the workflow's retry policy: it stores max_attempts 0, and the
+    # queue's claim must bind it as the unqueued claim does (else one attempt in all).
+    app = Durably(psql.url)
+    queue = app.queue("q", concurrency=1)
+    tries: list[int] = []
+
+    @app.workflow(name="flaky", version="v1", queue=queue,
+                  retry=RetryPolicy(max_attempts=3, initial_interval="10ms"))  # fmt: skip
+    async def flaky(ctx: WorkflowContext, k: int) -> int:
+        tries.append(k)
+        if len(tries) == 1:
+            raise RuntimeError("the first attempt fails")
+        return k
+
+    async with app, app.worker():
+        [run_id] = await psql.ok("SELECT durably.start_run('flaky', 'v1', '7', queue => 'q');")
+        assert await app.handle(run_id).result(timeout=scaled(20)) == 7
+        run = await app.get_run(run_id)
+    assert (run.status, run.attempts) == ("completed", 2)
 
 
 async def test_bad_arguments_are_refused_and_write_nothing(psql: Psql) -> None:

@@ -976,7 +976,13 @@ WITH q AS (
         available_at = now() + :lease * interval '1 second',
         wake_requested = false, waiting_for = NULL, wake_at = NULL,
         started_at = COALESCE(r.started_at, now()),
-        updated_at = now()
+        updated_at = now(),
+        -- A run `start_run` queued from SQL (max_attempts 0): the pair's, as in `claim`.
+        max_attempts = CASE WHEN r.max_attempts <> 0 THEN r.max_attempts ELSE (
+            SELECT p.max_attempts FROM unnest(CAST(:workflows AS text[]),
+                CAST(:versions AS text[]), CAST(:max_attempts AS integer[]))
+                AS p(workflow, version, max_attempts)
+            WHERE p.workflow = r.workflow AND p.version = r.version) END
     WHERE r.id = ANY(ARRAY(SELECT id FROM due WHERE n <= :limit))  -- looked up (see claim)
     RETURNING r.*
 ), notified AS (

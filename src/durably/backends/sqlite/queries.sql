@@ -652,7 +652,11 @@ UPDATE {schema}_runs SET
     wake_requested = 0, waiting_for = NULL, wake_at = NULL,
     started_at = coalesce(started_at, now()),
     updated_at = now(),
-    claim_token = :token
+    claim_token = :token,
+    max_attempts = CASE WHEN max_attempts <> 0 THEN max_attempts ELSE (  -- as the twin's
+        SELECT a.value FROM json_each(:workflows) w JOIN json_each(:versions) v
+            ON w.key = v.key JOIN json_each(:max_attempts) a ON a.key = w.key
+        WHERE w.value = {schema}_runs.workflow AND v.value = {schema}_runs.version) END
 WHERE id IN (
     WITH busy AS (
         SELECT concurrency_key AS k, count(*) AS n FROM {schema}_runs
