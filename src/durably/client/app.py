@@ -6,9 +6,8 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Self
 
 from ..backends import connect
 from ..core import telemetry as _telemetry
@@ -27,49 +26,13 @@ from ..workflow.queue import Queue
 from ..workflow.schedule import Schedule
 from .handle import RunHandle
 from .operating import OperatingApi
-from .workflow import Workflow
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable
-
-    from ..workflow.context import WorkflowContext
-    from ..workflow.syncsteps import SyncWorkflowContext
+from .workflow import Workflow, WorkflowDecorator
 
 if TYPE_CHECKING:
     from ..worker.worker import Worker
 
 DEFAULT_URL = "sqlite:///durably.db"
 log = logging.getLogger("durably.worker")
-
-In = TypeVar("In")
-Out = TypeVar("Out")
-
-
-class WorkflowDecorator(Protocol):
-    """What `app.workflow(...)` returns: it turns a function into a typed workflow.
-
-    `async def f(ctx: WorkflowContext) -> Out` gives `Workflow[None, Out]`;
-    `async def f(ctx: WorkflowContext, input: In) -> Out` gives `Workflow[In, Out]`;
-    a sync workflow, `def f(ctx: SyncWorkflowContext, input: In) -> Out`, the same.
-    Annotate `ctx`: with `ctx: Any` a type checker cannot tell an async function from a
-    sync one, and the workflow is typed `Any`.
-    """
-
-    @overload
-    def __call__(
-        self, fn: Callable[[WorkflowContext], Awaitable[Out]], /
-    ) -> Workflow[None, Out]: ...
-
-    @overload
-    def __call__(
-        self, fn: Callable[[WorkflowContext, In], Awaitable[Out]], /
-    ) -> Workflow[In, Out]: ...
-
-    @overload
-    def __call__(self, fn: Callable[[SyncWorkflowContext], Out], /) -> Workflow[None, Out]: ...
-
-    @overload
-    def __call__(self, fn: Callable[[SyncWorkflowContext, In], Out], /) -> Workflow[In, Out]: ...
 
 
 class App(OperatingApi):
