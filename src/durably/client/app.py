@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
 from ..backends import connect
 from ..core import telemetry as _telemetry
 from ..core.clock import Clock
 from ..core.codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
 from ..core.durations import Duration, parse_duration, parse_instant
-from ..core.errors import ConfigurationError, InvalidInput, RunNotFound, WorkflowNotFound
+from ..core.errors import ConfigurationError, InvalidInput, WorkflowNotFound
 from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
 from ..store.endwatch import EndWatch
 from ..store.models import Run, StepAttempt
+from ..store.operations import Operations
 from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, NewRun
 from ..store.sends import check_signal_name
 from ..store.store import Store
@@ -26,14 +28,8 @@ from ..workflow.definition import WorkflowFn
 from ..workflow.queue import Queue
 from ..workflow.schedule import Schedule
 from .handle import RunHandle
-from .operating import OperatingApi
-from .workflow import Workflow
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable
-
-    from ..workflow.context import WorkflowContext
-    from ..workflow.syncsteps import SyncWorkflowContext
+from .operating import Operating
+from .workflow import Workflow, WorkflowDecorator
 
 if TYPE_CHECKING:
     from ..worker.worker import Worker
@@ -41,38 +37,23 @@ if TYPE_CHECKING:
 DEFAULT_URL = "sqlite:///durably.db"
 log = logging.getLogger("durably.worker")
 
-In = TypeVar("In")
-Out = TypeVar("Out")
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
-class WorkflowDecorator(Protocol):
-    """What `app.workflow(...)` returns: it turns a function into a typed workflow.
+def _operated(
+    method: Callable[Concatenate[Operating, P], Awaitable[T]],
+) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
+    """`App`'s method that hands the call to its `Operating` (documented there)."""
 
-    `async def f(ctx: WorkflowContext) -> Out` gives `Workflow[None, Out]`;
-    `async def f(ctx: WorkflowContext, input: In) -> Out` gives `Workflow[In, Out]`;
-    a sync workflow, `def f(ctx: SyncWorkflowContext, input: In) -> Out`, the same.
-    Annotate `ctx`: with `ctx: Any` a type checker cannot tell an async function from a
-    sync one, and the workflow is typed `Any`.
-    """
+    async def call(self: App, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await method(self._operating, *args, **kwargs)
 
-    @overload
-    def __call__(
-        self, fn: Callable[[WorkflowContext], Awaitable[Out]], /
-    ) -> Workflow[None, Out]: ...
-
-    @overload
-    def __call__(
-        self, fn: Callable[[WorkflowContext, In], Awaitable[Out]], /
-    ) -> Workflow[In, Out]: ...
-
-    @overload
-    def __call__(self, fn: Callable[[SyncWorkflowContext], Out], /) -> Workflow[None, Out]: ...
-
-    @overload
-    def __call__(self, fn: Callable[[SyncWorkflowContext, In], Out], /) -> Workflow[In, Out]: ...
+    functools.update_wrapper(call, method)
+    return call
 
 
-class App(OperatingApi):
+class App:
     """The registry of workflows and the async client API: all of `Durably` but its
     `sync` facade, which wraps this (`client.durably`)."""
 
@@ -94,9 +75,6 @@ class App(OperatingApi):
         self.clock = clock or Clock()
         self.namespace = namespace
         self._pool_size = pool_size
-        self.connector = connect(self.url, schema, self.clock, pool_size)
-        self.store = Store(self.connector, namespace)
-        self.end_watch = EndWatch(self.connector, self.store.channel)
         self.max_payload = max_payload_bytes
         self.max_step_attempts = max_step_attempts
         self.max_history_bytes = max_history_bytes
@@ -107,6 +85,7 @@ class App(OperatingApi):
         self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
         self.queues: dict[str, Queue] = {}
         self.retention = parse_duration(retention) if retention is not None else None
+        self._connect(schema)
 
     def __repr__(self) -> str:
         return f"<Durably {self.connector.dialect} schema={self.connector.schema}>"
@@ -116,11 +95,17 @@ class App(OperatingApi):
         if self._opened:
             raise RuntimeError("rebind() must come before the app connects")
         self.url = url
-        schema = self.connector.schema if schema is None else schema
-        self.connector = connect(url, schema, self.clock, self._pool_size)
+        self._connect(self.connector.schema if schema is None else schema)
+        return self
+
+    def _connect(self, schema: str) -> None:
+        """The connections to `self.url`, and what works through them."""
+        self.connector = connect(self.url, schema, self.clock, self._pool_size)
         self.store = Store(self.connector, self.namespace)
         self.end_watch = EndWatch(self.connector, self.store.channel)
-        return self
+        self._operating = Operating(
+            self, self.store, self.end_watch, self.namespace, self.workflows, self.max_payload
+        )
 
     # ----------------------------------------------------------------- registry
 
@@ -427,30 +412,11 @@ class App(OperatingApi):
             created_after=created_after, queue=queue, idempotency_key=idempotency_key,
         )  # fmt: skip
 
-    async def queue_counts(self) -> list[dict[str, Any]]:
-        """Each queue declared in the database: its limits, `running` and `waiting` runs."""
-        from ..store.queues import QueueClaims
-
-        await self.open()
-        return await QueueClaims(self.store).counts()
-
     def schedules(self) -> list[dict[str, Any]]:
         """The scheduled workflows of this app with their next tick (`next_at`, ISO)."""
         from ..worker.scheduler import next_ticks
 
         return next_ticks(self)
-
-    async def list_stuck(self, limit: int = 100) -> list[Run]:
-        """Due runs that no live worker runs the (workflow, version) of, runs that have
-        been due for over 30 s (workers are missing or saturated), and held runs (their
-        replay did not match their history: the deployed code must be fixed)."""
-        await self.open()
-        return await self.store.list_stuck(limit, grace_s=30, alive_s=60)
-
-    async def list_tables(self) -> list[str]:
-        """The engine's tables (schema-qualified on PostgreSQL)."""
-        await self.open()
-        return await self.store.list_tables()
 
     def handle(self, run_id: str) -> RunHandle[Any]:
         """A handle on an existing run (its result is plain JSON; `Workflow.handle` types it).
@@ -489,19 +455,27 @@ class App(OperatingApi):
             handle = self.handle(run_id)
             await handle.get()
             return handle
-        await self.open()
-        found = await self.store.list_runs(
-            namespace=self.namespace, idempotency_key=idempotency_key, workflow=workflow
-        )  # one run per workflow at most: the key is unique per namespace and workflow
-        if not found:
-            of = f" of workflow {workflow!r}" if workflow else ""
-            raise RunNotFound(f"no run{of} with idempotency key {idempotency_key!r} in "
-                              f"namespace {self.namespace!r}")  # fmt: skip
-        if len(found) > 1:
-            names = ", ".join(sorted(r.workflow for r in found))
-            raise InvalidInput(f"idempotency key {idempotency_key!r} started runs of several "
-                               f"workflows ({names}): say which workflow")  # fmt: skip
-        return RunHandle(self, found[0].run_id, found[0])
+        run = await self._operating.run_started_with(idempotency_key, workflow)
+        return RunHandle(self, run.run_id, run)
+
+    # ----------------------------------------------------------------- operating runs
+
+    @property
+    def operations(self) -> Operations:
+        """The operators' side of the tables (the dashboard reads a run's log with it)."""
+        return self._operating.operations
+
+    resume = _operated(Operating.resume)
+    fork = _operated(Operating.fork)
+    run_id_from_prefix = _operated(Operating.run_id_from_prefix)
+    get_event = _operated(Operating.get_event)
+    list_events = _operated(Operating.list_events)
+    list_signals = _operated(Operating.list_signals)
+    delete_signal = _operated(Operating.delete_signal)
+    purge = _operated(Operating.purge)
+    list_stuck = _operated(Operating.list_stuck)
+    queue_counts = _operated(Operating.queue_counts)
+    list_tables = _operated(Operating.list_tables)
 
     # ----------------------------------------------------------------- workers
 

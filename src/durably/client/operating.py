@@ -1,47 +1,57 @@
-"""Operating runs (§4.18), as part of the client API of `Durably`: resume and fork, events,
-signal housekeeping, retention."""
+"""Operating runs (§4.18), for the client API of `Durably`: resume and fork, events,
+signal housekeeping, retention, and what is stuck. `Durably` hands each of these calls on
+to the `Operating` it owns (`client.app`): the API's documentation is here."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.codec import encode
 from ..core.durations import Duration, parse_duration
-from ..core.errors import InvalidInput, WorkflowTimeoutError
+from ..core.errors import InvalidInput, RunNotFound, WorkflowTimeoutError
 from ..core.limits import TimeUp, within
 from ..store.models import TERMINAL, Run
 from ..store.operations import Operations, Signal
+from ..store.queues import QueueClaims
 from ..store.records import NewRun
 
 if TYPE_CHECKING:
     from ..store.endwatch import EndWatch
     from ..store.store import Store
+    from ..workflow.definition import Definition
     from .handle import RunHandle
-    from .workflow import Workflow
 
 
-class OperatingApi:
-    """The operators' half of `Durably` (a mixin: `Durably` provides the rest)."""
+class Operated(Protocol):
+    """What operating runs needs of the app: to connect, and a handle on a run it forks."""
 
-    store: Store
-    end_watch: EndWatch
-    workflows: dict[tuple[str, str], Workflow[Any, Any]]
-    max_payload: int
+    async def open(self) -> None: ...
 
-    async def open(self) -> None:
-        raise NotImplementedError
+    def handle(self, run_id: str) -> RunHandle[Any]: ...
 
-    async def get_run(self, run_id: str) -> Run:
-        raise NotImplementedError
 
-    def handle(self, run_id: str) -> RunHandle[Any]:
-        raise NotImplementedError
+class Operating:
+    """The operators' half of `Durably`'s client API, over the tables' `Operations`."""
 
-    @property
-    def operations(self) -> Operations:
-        return Operations(self.store)
+    def __init__(
+        self,
+        app: Operated,
+        store: Store,
+        end_watch: EndWatch,
+        namespace: str,
+        workflows: Mapping[tuple[str, str], Definition[Any, Any]],
+        max_payload: int,
+    ) -> None:
+        self.app = app
+        self.store = store
+        self.end_watch = end_watch
+        self.namespace = namespace
+        self.workflows = workflows  # the app's registry, as it grows
+        self.max_payload = max_payload
+        self.operations = Operations(store)
 
     async def resume(self, run_id: str) -> Run:
         """Continue a failed or canceled run from its last completed step.
@@ -53,7 +63,7 @@ class OperatingApi:
             RunNotFound: no such run.
             InvalidInput: the run is not failed or canceled (nothing was written).
         """
-        await self.open()
+        await self.app.open()
         return await self.operations.resume(run_id)
 
     async def fork(
@@ -79,8 +89,8 @@ class OperatingApi:
             RunNotFound: no such run.
             InvalidInput: `from_position` is out of range (nothing was written).
         """
-        await self.open()
-        old = await self.get_run(run_id)
+        await self.app.open()
+        old = await self.store.get_run(run_id)
         version = version or old.version
         wf = self.workflows.get((old.workflow, version))
         new = NewRun(
@@ -90,15 +100,32 @@ class OperatingApi:
             queue=old.queue, concurrency_key=old.concurrency_key, priority=old.priority,
         )  # fmt: skip  # a fork stays under its queue's limits
         run = await self.operations.fork(old, from_position, new)
-        handle = self.handle(run.run_id)
+        handle = self.app.handle(run.run_id)
         handle.run = run
         return handle
 
     async def run_id_from_prefix(self, prefix: str) -> str:
         """The run id that `prefix` (the whole id, or 8 or more of its first characters)
         names; RunNotFound, or InvalidInput when several runs start with it."""
-        await self.open()
+        await self.app.open()
         return await self.operations.run_by_prefix(prefix)
+
+    async def run_started_with(self, idempotency_key: str | None, workflow: str | None) -> Run:
+        """The run this app's namespace started with `idempotency_key` (of `workflow`);
+        RunNotFound, or InvalidInput when runs of several workflows have that key."""
+        await self.app.open()
+        found = await self.store.list_runs(
+            namespace=self.namespace, idempotency_key=idempotency_key, workflow=workflow
+        )  # one run per workflow at most: the key is unique per namespace and workflow
+        if not found:
+            of = f" of workflow {workflow!r}" if workflow else ""
+            raise RunNotFound(f"no run{of} with idempotency key {idempotency_key!r} in "
+                              f"namespace {self.namespace!r}")  # fmt: skip
+        if len(found) > 1:
+            names = ", ".join(sorted(r.workflow for r in found))
+            raise InvalidInput(f"idempotency key {idempotency_key!r} started runs of several "
+                               f"workflows ({names}): say which workflow")  # fmt: skip
+        return found[0]
 
     # ----------------------------------------------------------------- events
 
@@ -127,8 +154,8 @@ class OperatingApi:
 
     async def _read_event(self, run_id: str, key: str, read: list[bool]) -> tuple[bool, Any]:
         """(whether run `run_id` has set `key`, its value); RunNotFound. `read` notes it."""
-        await self.open()
-        await self.get_run(run_id)
+        await self.app.open()
+        await self.store.get_run(run_id)  # RunNotFound
         found = await self.operations.get_event(run_id, key)
         read.append(True)
         return found
@@ -149,7 +176,7 @@ class OperatingApi:
 
     async def list_events(self, run_id: str) -> dict[str, Any]:
         """Every event key run `run_id` has set, with its latest value."""
-        await self.open()
+        await self.app.open()
         return await self.operations.list_events(run_id)
 
     # ----------------------------------------------------------------- signals
@@ -160,13 +187,13 @@ class OperatingApi:
         """Stored signals, oldest first: those buffered for a future wait (`pending`, not
         expired), or all that are kept. Each is
         `{"id", "name", "data", "created_at", "expires_at", "consumed_by", ...}`."""
-        await self.open()
+        await self.app.open()
         found: list[Signal] = await self.operations.list_signals(name, pending, limit)
         return [s.to_dict() for s in found]
 
     async def delete_signal(self, signal_id: int) -> None:
         """Delete a stored signal (a stale buffered one, say); SignalNotFound if none."""
-        await self.open()
+        await self.app.open()
         await self.operations.delete_signal(signal_id)
 
     # ----------------------------------------------------------------- retention
@@ -198,5 +225,24 @@ class OperatingApi:
             raise InvalidInput(
                 f"purge status must be among completed, failed, canceled, not {wrong or '[]'}"
             )
-        await self.open()
+        await self.app.open()
         return await self.operations.purge(older_s, statuses, workflow=workflow)
+
+    # ----------------------------------------------------------------- what is stuck
+
+    async def list_stuck(self, limit: int = 100) -> list[Run]:
+        """Due runs that no live worker runs the (workflow, version) of, runs that have
+        been due for over 30 s (workers are missing or saturated), and held runs (their
+        replay did not match their history: the deployed code must be fixed)."""
+        await self.app.open()
+        return await self.store.list_stuck(limit, grace_s=30, alive_s=60)
+
+    async def queue_counts(self) -> list[dict[str, Any]]:
+        """Each queue declared in the database: its limits, `running` and `waiting` runs."""
+        await self.app.open()
+        return await QueueClaims(self.store).counts()
+
+    async def list_tables(self) -> list[str]:
+        """The engine's tables (schema-qualified on PostgreSQL)."""
+        await self.app.open()
+        return await self.store.list_tables()

@@ -1,16 +1,21 @@
 """`Workflow`: a workflow's definition bound to the app it was registered on, which starts
-its runs."""
+its runs; and `WorkflowDecorator`, what makes one (`app.workflow(...)`)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from ..core.retry import RetryPolicy
 from ..workflow.definition import Definition, WorkflowFn
 from ..workflow.queue import Queue
 from ..workflow.schedule import Schedule
 from .handle import Client, RunHandle
+
+if TYPE_CHECKING:
+    from ..workflow.context import WorkflowContext
+    from ..workflow.syncsteps import SyncWorkflowContext
 
 In = TypeVar("In", contravariant=True)
 Out = TypeVar("Out", covariant=True)
@@ -99,3 +104,30 @@ class Workflow(Definition[In, Out]):
     def handle(self, run_id: str) -> RunHandle[Out]:
         """A handle on an existing run of this workflow (its result typed as `Out`)."""
         return RunHandle(self.app, run_id, output_type=self.output_type)
+
+
+class WorkflowDecorator(Protocol):
+    """What `app.workflow(...)` returns: it turns a function into a typed workflow.
+
+    `async def f(ctx: WorkflowContext) -> Out` gives `Workflow[None, Out]`;
+    `async def f(ctx: WorkflowContext, input: In) -> Out` gives `Workflow[In, Out]`;
+    a sync workflow, `def f(ctx: SyncWorkflowContext, input: In) -> Out`, the same.
+    Annotate `ctx`: with `ctx: Any` a type checker cannot tell an async function from a
+    sync one, and the workflow is typed `Any`.
+    """
+
+    @overload
+    def __call__(
+        self, fn: Callable[[WorkflowContext], Awaitable[Out]], /
+    ) -> Workflow[None, Out]: ...
+
+    @overload
+    def __call__(
+        self, fn: Callable[[WorkflowContext, In], Awaitable[Out]], /
+    ) -> Workflow[In, Out]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[SyncWorkflowContext], Out], /) -> Workflow[None, Out]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[SyncWorkflowContext, In], Out], /) -> Workflow[In, Out]: ...

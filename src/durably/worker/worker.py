@@ -1,9 +1,9 @@
-"""The worker: claims due runs, executes them, renews their leases, drains on SIGTERM.
+"""The worker: claims due runs, executes them, drains on SIGTERM.
 
 Idle, a worker waits for a wake-up (PostgreSQL NOTIFY; SQLite's data_version) or the
 next known due time, with a slow poll only as a fallback, so an idle worker costs about
-two queries per poll interval. Leases are renewed for all held runs in one statement; a
-run whose lease is lost (or that is canceled) has its step bodies cancelled at once.
+two queries per poll interval. What it executes is `running.Running`; their leases are
+kept by `leases.Leases`, and the notifications acted on by `notices.Notices`.
 """
 
 from __future__ import annotations
@@ -15,18 +15,14 @@ import logging
 import os
 import signal
 import socket
-import threading
 import uuid
-from collections.abc import Callable
 from datetime import datetime
-from types import FrameType
 
 from ..backends import Row
 from ..core.durations import Duration, parse_duration
 from ..core.errors import DatabaseUnavailable
 from ..execution.execution import Execution
 from ..execution.lifecycles import SETTLE_S
-from ..execution.runlog import Stop
 from ..store.confirm import ClaimConfirmation
 from ..store.queues import QueueClaims
 from ..store.recorder import StepRecorder
@@ -34,45 +30,16 @@ from ..workflow.queue import Queue
 from . import retention as _retention
 from .byname import served
 from .claimer import Claimer
-from .early import EarlyCancels
 from .host import Host
+from .leases import Leases
+from .notices import Notices
+from .running import Running
 from .scheduler import Scheduler
+from .sigint import defer_sigint
 from .startline import start_line
 from .watchdog import LoopWatchdog
 
 log = logging.getLogger("durably.worker")
-
-
-def _defer_sigint(loop: asyncio.AbstractEventLoop) -> Callable[[], None] | None:
-    """While a worker runs on the main thread and the program owns SIGINT (an embedded
-    worker), run the program's handler on the worker's loop, between its callbacks, not at
-    whatever line the signal arrived: a KeyboardInterrupt the handler raises then stops the
-    loop as the program meant (asyncio's runner, or Python's default), and is never caught
-    in user code on that thread as a KeyboardInterrupt the code raised, which fails its step
-    (SPEC §4.20). How to restore the program's handler; None if not installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return None  # a signal raises nothing in this thread
-    previous = signal.getsignal(signal.SIGINT)
-    if not callable(previous):  # ignored, or the OS's default: no KeyboardInterrupt
-        return None
-    handler = previous
-
-    def on_sigint(signum: int, frame: FrameType | None) -> None:
-        if loop.is_running() and not loop.is_closed():
-            loop.call_soon_threadsafe(handler, signum, None)
-        else:  # the loop was stopped (by an earlier Ctrl-C?): nothing runs it there
-            handler(signum, frame)
-
-    try:
-        signal.signal(signal.SIGINT, on_sigint)
-    except ValueError:  # not the main interpreter
-        return None
-
-    def restore() -> None:
-        if signal.getsignal(signal.SIGINT) is on_sigint:
-            signal.signal(signal.SIGINT, previous)
-
-    return restore
 
 
 class Worker:
@@ -97,8 +64,7 @@ class Worker:
         if self.heartbeat_s >= self.lease_s:
             self.heartbeat_s = self.lease_s / 3
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.running: dict[str, tuple[Execution, asyncio.Task[None]]] = {}
-        self._lease_until: dict[str, float] = {}
+        self.running = Running()
         self._wake = asyncio.Event()
         self._hint = True  # there may be due runs: claim at the next chance
         self._stopping = asyncio.Event()
@@ -107,9 +73,10 @@ class Worker:
             self.concurrency, thread_name_prefix="durably-step"
         )
         self._timers: list[asyncio.TimerHandle] = []
-        self._check_task: asyncio.Task[None] | None = None
-        self._changed = False  # SQLite: a commit seen that no check has looked at yet
-        self._seen = float("-inf")  # when the workers table last heard of us (loop time)
+        self._leases = Leases(app.store, self.worker_id, self.lease_s, self.heartbeat_s,
+                              self.running, self._alive)  # fmt: skip
+        self._notices = Notices(app.store, self.worker_id, self.lease_s, self.concurrency,
+                                self.running, self._announce)  # fmt: skip
         self._background: asyncio.Task[None] | None = None
         self._claimer = Claimer(app, self.worker_id, self.lease_s)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,8 +86,6 @@ class Worker:
         self._round_waiters: list[asyncio.Future[bool]] = []  # see `claim_round`
         self._claiming = False  # the claim loop runs
         self.executed = 0  # runs this worker has begun to execute (see `claim_round`)
-        self._early = EarlyCancels(self.lease_s)
-        self._asks: set[asyncio.Task[None]] = set()  # renewals of runs canceled early
         # A replay that does not match its history holds the run (SPEC §4.2); durably.testing
         # fails it instead: there the code under test is the only code.
         self.hold_mismatches = True
@@ -162,7 +127,7 @@ class Worker:
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.add_signal_handler(sig, self.stop)
                     handled = handled or sig is signal.SIGINT
-        restore = None if handled else _defer_sigint(loop)
+        restore = None if handled else defer_sigint(loop)
         self._loop = loop
         if self.ended.done():  # run again
             self.ended = concurrent.futures.Future()
@@ -178,8 +143,8 @@ class Worker:
 
     async def _work(self, loop: asyncio.AbstractEventLoop) -> None:
         await self._open_with_backoff()
-        stop_listening = await self.app.connector.listen(self._on_message)
-        beat = asyncio.create_task(self._heartbeat_loop(), name="durably-heartbeat")
+        stop_listening = await self.app.connector.listen(self._notices.on_message)
+        beat = asyncio.create_task(self._leases.keep(), name="durably-heartbeat")
         scheduled = [wf for wf in self.app.workflows.values() if wf.schedule is not None]
         scheduler = None
         if scheduled and not self._stopping.is_set():
@@ -191,11 +156,11 @@ class Worker:
         log.info("%s", start_line(self.app, self.worker_id, self.concurrency))
         try:
             await self._claim_loop()
-            await self._drain()
+            await self.running.drain(self.grace_s)
         finally:
             watchdog.stop()
-            checks = [t for t in (beat, self._check_task, scheduler, housekeeping) if t]
-            checks += self._asks
+            checks = [t for t in (beat, self._notices.check_task, scheduler, housekeeping) if t]
+            checks += self._leases.asks
             for task in checks:
                 task.cancel()
             await asyncio.gather(*checks, return_exceptions=True)
@@ -235,6 +200,18 @@ class Worker:
         """Declare this worker's queues for `ttl` seconds from now (database time)."""
         await QueueClaims(self.app.store).declare(self._queues(), ttl)
 
+    def _pairs(self) -> list[tuple[str, str]]:
+        # Advertised with `(name, NEWEST)`: `list_stuck` then leaves out the runs thin
+        # clients started that this worker will bind (see `byname`).
+        return [(s.workflow, s.version) for s in served(self.app.workflows)]
+
+    async def _alive(self) -> None:
+        """Tell the workers table what this worker serves; its queues stay declared (a full
+        worker claims none of them meanwhile). Part of the heartbeat (`Leases`)."""
+        await self.app.store.worker_seen(self.worker_id, self._pairs(), self.concurrency)
+        await QueueClaims(self.app.store).renew([q.name for q in self._queues()],
+                                                self.lease_s)  # fmt: skip
+
     def next_change(self) -> asyncio.Future[None]:
         """A future done at this worker's next change of activity: a run it starts or
         stops executing, or a round of claims that found nothing. `durably.testing` waits
@@ -263,11 +240,6 @@ class Worker:
                 future.set_result(None)
 
     # --------------------------------------------------------------- claiming
-
-    def _pairs(self) -> list[tuple[str, str]]:
-        # Advertised with `(name, NEWEST)`: `list_stuck` then leaves out the runs thin
-        # clients started that this worker will bind (see `byname`).
-        return [(s.workflow, s.version) for s in served(self.app.workflows)]
 
     async def _claim_loop(self) -> None:
         self._claiming = True
@@ -337,35 +309,22 @@ class Worker:
         execution = Execution(
             self.app.store, wf, row, self.worker_id, self.app.clock, self._threads,
             self.app.max_payload, self.app.max_step_attempts, self._recorder, self._wake_at,
-            lambda: self._renew([run_id]), confirm, self.app.max_history_bytes,
+            lambda: self._leases.renew([run_id]), confirm, self.app.max_history_bytes,
             self.hold_mismatches,
         )  # fmt: skip
         task = asyncio.create_task(execution.execute(), name=f"durably-run-{run_id}")
-        self.running[run_id] = (execution, task)
+        self.running.add(run_id, execution, task)
         self.executed += 1
         self._claimer.started(run_id, row.get("queue"))
-        self._lease_until[run_id] = asyncio.get_running_loop().time() + self.lease_s
+        self._leases.taken(run_id)
         task.add_done_callback(lambda _: self._finished(run_id, task))
         self._activity()
-        if self._early.claimed(run_id, asyncio.get_running_loop().time()):
-            ask = asyncio.create_task(self._ask(run_id), name=f"durably-ask-{run_id}")
-            self._asks.add(ask)
-            ask.add_done_callback(self._asks.discard)
-
-    async def _ask(self, run_id: str) -> None:
-        """A cancel of `run_id` was notified before its claim returned: the database
-        decides (a renewal halts it if it is canceled still)."""
-        try:
-            await self._renew([run_id])
-        except DatabaseUnavailable as exc:  # the next heartbeat asks again
-            log.warning("run %s: could not look for a cancel: %s", run_id, exc)
-        except Exception:  # a defect: said loudly, never an unretrieved task's error
-            log.exception("run %s: looking for a cancel failed", run_id)
+        if self._notices.canceled_early(run_id):
+            self._leases.ask(run_id)
 
     def _finished(self, run_id: str, task: asyncio.Task[None]) -> None:
-        if self.running.get(run_id, (None, None))[1] is task:
-            del self.running[run_id]
-            self._lease_until.pop(run_id, None)
+        if self.running.discard(run_id, task):
+            self._leases.ended(run_id)
         if not task.cancelled() and task.exception() is not None:
             log.error("run %s: unexpected error", run_id, exc_info=task.exception())
         if self._claimer.ended(run_id):
@@ -384,148 +343,3 @@ class Worker:
     def _announce(self) -> None:
         self._hint = True
         self._wake.set()
-
-    def _poke(self, run_id: str) -> None:
-        entry = self.running.get(run_id)
-        if entry is not None:
-            entry[0].poke()
-
-    def _on_message(self, message: str) -> None:
-        if message.startswith("ended:"):  # for those waiting for a result (`_endwatch`)
-            return
-        if message.startswith("cancel:"):
-            run_id = message.removeprefix("cancel:")
-            if run_id in self.running:
-                self._halt(run_id, Stop("canceled", "canceled"))
-            else:  # its claim may be on its way back: see EarlyCancels
-                self._early.remember(run_id, asyncio.get_running_loop().time())
-        elif message.startswith("wake:"):
-            self._poke(message.removeprefix("wake:"))
-            return
-        elif message == "changed" and self.running:
-            # SQLite: some commit happened, maybe our own (so at most ten a second): check
-            # our runs are still ours, and look for new work if a slot is free.
-            self._changed = True
-            if self._check_task is None or self._check_task.done():
-                self._check_task = asyncio.create_task(self._check_held())
-            return
-        self._announce()
-
-    async def _check_held(self) -> None:
-        # Commits seen while a round is under way make one more round: none is dropped.
-        while self._changed:
-            self._changed = False
-            held = self._held()
-            with contextlib.suppress(DatabaseUnavailable):
-                still = await self.app.store.check_held(self.worker_id, held)
-                self._settle(held, still, "the run was taken over")
-            if len(self.running) < self.concurrency:
-                self._announce()
-            await asyncio.sleep(0.1)  # at most ten rounds a second
-
-    def _halt(self, run_id: str, stop: Stop) -> None:
-        """Stop executing a run: its step bodies are interrupted at once."""
-        entry = self.running.get(run_id)
-        if entry is not None and stop.replaces(entry[0].stop):
-            log.warning("run %s: %s; cancelling its step bodies", run_id, stop)
-            entry[0].halt(stop)
-
-    # --------------------------------------------------------------- leases
-
-    def _held(self) -> dict[str, int]:
-        return {run_id: x.lease.fence for run_id, (x, _) in self.running.items()}
-
-    async def _renew(self, run_ids: list[str]) -> None:
-        held = {k: v for k, v in self._held().items() if k in run_ids}
-        if not held:
-            return
-        sent = asyncio.get_running_loop().time()
-        still = await self.app.store.heartbeat(self.worker_id, held, self.lease_s)
-        for run_id in still:
-            self._lease_until[run_id] = sent + self.lease_s
-        self._settle(held, still, "its lease was lost")
-
-    def _settle(self, held: dict[str, int], still: dict[str, Row], lost: str) -> None:
-        """Act on what the database said of the runs held when it was asked."""
-        for run_id, fence in held.items():
-            entry = self.running.get(run_id)
-            if entry is None or entry[0].lease.fence != fence:
-                continue  # ended, or claimed again, since the question was asked
-            row = still.get(run_id)
-            if row is None:
-                if not entry[0].concluded:  # else it let go itself, as the question was asked
-                    self._halt(run_id, Stop(lost))
-            elif row["status"] == "canceled":  # in case its NOTIFY was missed
-                self._halt(run_id, Stop("canceled", "canceled"))
-            elif row["wake_requested"]:
-                self._poke(run_id)
-
-    async def _heartbeat_loop(self) -> None:
-        """Beat every `heartbeat`, and halt each run whose lease ends before it is renewed.
-
-        The local lease deadlines are checked on time whatever the database does: a beat
-        runs as a task of its own that this loop waits for only until the next deadline
-        or beat, and a beat still waiting (a silent network) is not started again. It is
-        not cancelled either: unwinding a statement on a dead connection takes seconds
-        (psycopg asks the server to cancel it), and the connector's own deadline ends it.
-        """
-        loop = asyncio.get_running_loop()
-        beat: asyncio.Task[None] | None = None
-        next_beat, late = loop.time(), False
-        try:
-            while True:
-                now = loop.time()
-                if now >= next_beat:
-                    next_beat = now + self.heartbeat_s
-                    if beat is None or beat.done():
-                        beat, late = asyncio.create_task(self._beat(), name="durably-beat"), False
-                    elif not late:  # said once per beat
-                        late = True
-                        log.warning("heartbeat: the database has not answered for %gs",
-                                    self.heartbeat_s)  # fmt: skip
-                wake = min([next_beat, *self._lease_until.values()])
-                timeout = max(0.005, wake - loop.time())
-                if beat is not None and not beat.done():
-                    await asyncio.wait([beat], timeout=timeout)
-                else:
-                    await asyncio.sleep(timeout)
-                self._expire(loop.time())
-        finally:
-            if beat is not None and not beat.done():
-                beat.cancel()
-                await asyncio.wait([beat], timeout=1.0)
-
-    async def _beat(self) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await self._renew(list(self.running))  # first: the leases cannot wait
-            if loop.time() - self._seen >= self.heartbeat_s:
-                await self.app.store.worker_seen(self.worker_id, self._pairs(), self.concurrency)
-                # Its queues stay declared (a full worker claims none of them meanwhile).
-                await QueueClaims(self.app.store).renew([q.name for q in self._queues()],
-                                                        self.lease_s)  # fmt: skip
-                self._seen = loop.time()
-        except DatabaseUnavailable as exc:
-            log.warning("heartbeat failed: %s", exc)
-        except Exception:
-            log.exception("heartbeat failed")
-
-    def _expire(self, now: float) -> None:
-        for run_id, until in list(self._lease_until.items()):
-            if until <= now:
-                del self._lease_until[run_id]
-                self._halt(run_id, Stop("its lease expired before it could be renewed"))
-
-    # --------------------------------------------------------------- shutdown
-
-    async def _drain(self) -> None:
-        if not self.running:
-            return
-        log.info("draining %d runs (up to %.0fs)", len(self.running), self.grace_s)
-        tasks = [task for _, task in self.running.values()]
-        await asyncio.wait(tasks, timeout=self.grace_s)
-        for x, task in list(self.running.values()):
-            if not task.done():
-                self._halt(x.run_id, Stop("the worker is shutting down", release=True))
-        await asyncio.gather(*(task for _, task in self.running.values()),
-                             return_exceptions=True)  # fmt: skip
