@@ -54,13 +54,15 @@ def test_a_drain_keeps_a_run_whose_sync_body_still_runs(procs: Procs, tmp_path: 
 
 def _drain_while_a_sync_body_runs(procs: Procs, client: Any, effects: Path) -> None:
     short = ("--lease", duration(2), "--heartbeat", duration(0.5))
-    a = procs.worker("A", "--grace", "1s", *short, EFFECT_FILE=str(effects))
+    go = effects.with_name("go")  # the body's 3 s begin once A has been told to stop
+    a = procs.worker("A", "--grace", "1s", *short, EFFECT_FILE=str(effects), GO_FILE=str(go))
     run_id = client.start("stubborn", 3.0).run_id
     eventually_sync(lambda: "A start" in effects.read_text(), timeout=20,
                     what="A to begin the sync body")  # fmt: skip
     b = procs.worker("B", *short, EFFECT_FILE=str(effects))
     eventually_sync(lambda: "worker B started" in procs.log("B"), timeout=20, what="B to start")
     a.send_signal(signal.SIGTERM)
+    go.touch()
     assert a.wait(timeout=scaled(30)) == 0
     marks = [line.split() for line in effects.read_text().splitlines()]
     assert [m[:2] for m in marks] == [["A", "start"], ["A", "end"]]  # A exited after its end

@@ -247,10 +247,15 @@ def slow_sync(ctx: SyncWorkflowContext, mode: str) -> None:
 
 def uninterruptible(seconds: float) -> str:
     """A sync body that ignores cancellation (as most blocking code does): it marks its
-    start and end in EFFECT_FILE, one appended line each (worker, event, wall time)."""
+    start and end in EFFECT_FILE, one appended line each (worker, event, wall time). With
+    GO_FILE, its `seconds` count from when that file appears (the test's cue), not from
+    its start, so a slow machine cannot end it before the test has done its part."""
     path = os.environ["EFFECT_FILE"]
     with open(path, "a") as f:
         f.write(f"{WORKER} start {time.time()!r}\n")
+    go, until = os.environ.get("GO_FILE"), time.monotonic() + 120
+    while go and not os.path.exists(go) and time.monotonic() < until:
+        time.sleep(0.01)
     time.sleep(seconds)
     with open(path, "a") as f:
         f.write(f"{WORKER} end {time.time()!r}\n")
