@@ -6,7 +6,6 @@ from __future__ import annotations
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
 
 import pytest
 
