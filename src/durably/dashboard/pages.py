@@ -117,7 +117,10 @@ class Pages:
             except DashboardError as exc:
                 return self.error(request, 400, str(exc))
             except DurablyError as exc:  # the API's statuses: 400 bad input, 404 unknown…
-                return self.error(request, status_of(exc), str(exc))
+                status = status_of(exc)
+                if status == 500:
+                    log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+                return self.error(request, status, str(exc))
             except Exception:
                 log.exception("dashboard request %s %s failed", request.method, request.url.path)
                 return self.error(request, 500, "internal error; see the server log")
