@@ -25,7 +25,7 @@ async def _forever(ended: list[str]) -> AsyncGenerator[Event, None]:
 
 
 async def test_close_ends_an_open_stream_and_refuses_new_ones() -> None:
-    streams, ended = EventStreams(limit=1), []
+    streams, ended = EventStreams(limit=1), list[str]()
     body = streams._until_closed(_forever(ended))
     assert await anext(body) == Event("first", "update", "1").encode()
     assert streams.open == 1
