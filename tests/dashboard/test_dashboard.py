@@ -10,10 +10,8 @@ from typing import Any
 import pytest
 
 from durably import Durably
-from durably.dashboard import Dashboard
-from tests.dashboard.conftest import NO_CHROMIUM
+from tests.dashboard.conftest import NO_CHROMIUM, serving
 from tests.helpers import scaled
-from tests.pgcluster import free_port
 
 pytestmark = NO_CHROMIUM
 
@@ -32,14 +30,10 @@ def make_app(url: str) -> Durably:
 @pytest.fixture
 def board(db_url: str) -> Iterator[tuple[str, Durably, str]]:
     app = make_app(db_url)
-    dash = Dashboard(app, token="t0ken")
-    port = free_port()
-    httpd = dash.serve_in_background("127.0.0.1", port)
     try:
-        yield f"http://127.0.0.1:{port}", app, "t0ken"
+        with serving(app, "t0ken") as base:
+            yield base, app, "t0ken"
     finally:
-        httpd.shutdown()
-        httpd.server_close()
         app.sync.close()
 
 

@@ -6,15 +6,13 @@ from __future__ import annotations
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
 
 import pytest
 
-from durably.dashboard import Dashboard
-from durably.dashboard._auth import Auth
+from durably.dashboard.auth import Auth
+from tests.dashboard.conftest import serving
 from tests.dashboard.test_dashboard import make_app
 from tests.helpers import scaled
-from tests.pgcluster import free_port
 
 
 def _post(base: str, path: str, token: str, fields: dict[str, str]) -> urllib.error.HTTPError:
@@ -30,17 +28,12 @@ def _post(base: str, path: str, token: str, fields: dict[str, str]) -> urllib.er
 @pytest.mark.parametrize("name", ["", "   "])
 def test_a_signal_without_a_name_is_refused_and_nothing_stored(db_url: str, name: str) -> None:
     app = make_app(db_url)
-    httpd: Any = None
     try:
-        port = free_port()
-        httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port)
-        refused = _post(f"http://127.0.0.1:{port}", "/signal", "t0ken", {"name": name})
-        with refused:
-            assert refused.code == 400
-            assert "a signal needs a name" in refused.read().decode()
-        assert app.sync.list_signals(pending=False) == []
+        with serving(app, "t0ken") as base:
+            refused = _post(base, "/signal", "t0ken", {"name": name})
+            with refused:
+                assert refused.code == 400
+                assert "a signal needs a name" in refused.read().decode()
+            assert app.sync.list_signals(pending=False) == []
     finally:
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
         app.sync.close()

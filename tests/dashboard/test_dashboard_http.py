@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from durably import Durably
-from durably.dashboard import Dashboard
 from durably.store.queues import QueueClaims
+from tests.dashboard.conftest import serving
 from tests.helpers import scaled
-from tests.pgcluster import free_port
 
 
 def _get(url: str) -> str:
@@ -30,12 +29,10 @@ def served(db_url: str) -> Iterator[tuple[str, Durably]]:
     async def order(ctx: Any, n: int) -> int:
         return n
 
-    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
     try:
-        yield f"http://127.0.0.1:{port}", app
+        with serving(app, "t0ken") as base:
+            yield base, app
     finally:
-        httpd.shutdown()
-        httpd.server_close()
         app.sync.close()
 
 
@@ -85,12 +82,10 @@ def test_a_child_link_is_an_element_of_its_own(db_url: str) -> None:
         return handle.run_id, step.child_run_id
 
     parent_id, child_id = app.sync.run(family())
-    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
     try:
-        page = _get(f"http://127.0.0.1:{port}/runs/{parent_id}")
+        with serving(app, "t0ken") as base:
+            page = _get(f"{base}/runs/{parent_id}")
     finally:
-        httpd.shutdown()
-        httpd.server_close()
         app.sync.close()
     link = f"<a href='/runs/{child_id}'>{child_id}</a>"
     assert f"<div class='child'>child {link}</div>" in page
@@ -115,12 +110,10 @@ def test_metrics_have_samples_for_every_declared_queue(db_url: str) -> None:
 
     app.sync.run(declare())
     app.sync.start("fetch", None)
-    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
     try:
-        metrics = _get(f"http://127.0.0.1:{port}/metrics")
+        with serving(app, "t0ken") as base:
+            metrics = _get(f"{base}/metrics")
     finally:
-        httpd.shutdown()
-        httpd.server_close()
         app.sync.close()
     assert 'durably_queue_waiting{queue="busy"} 1.0' in metrics
     assert 'durably_queue_running{queue="busy"} 0.0' in metrics

@@ -14,10 +14,8 @@ from typing import Any
 import pytest
 
 from durably import Durably, Run, RunNotFound
-from durably.dashboard import Dashboard
-from tests.dashboard.conftest import NO_CHROMIUM
+from tests.dashboard.conftest import NO_CHROMIUM, serving
 from tests.helpers import eventually_sync, scaled
-from tests.pgcluster import free_port
 from tests.processes import Processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,12 +41,10 @@ def live_board(db_url: str, processes: Processes, tmp_path: Path) -> Iterator[tu
            "RAN_LOG": str(tmp_path / "ran.log"), "PYTHONPATH": str(ROOT)}  # fmt: skip
     processes.start([sys.executable, "-m", "durably.cli", "worker", "--id", "board-worker"],
                     tmp_path / "worker.log", env={**os.environ, **env}, cwd=ROOT)  # fmt: skip
-    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
     try:
-        yield f"http://127.0.0.1:{port}", app
+        with serving(app, "t0ken") as base:
+            yield base, app
     finally:
-        httpd.shutdown()
-        httpd.server_close()
         app.sync.close()
 
 

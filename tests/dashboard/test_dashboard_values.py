@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from durably import Durably
-from durably.dashboard import Dashboard
+from durably.dashboard.auth import Auth
+from tests.dashboard.conftest import serving
 from tests.helpers import scaled
-from tests.pgcluster import free_port
 
 TOKEN = "t0ken"
 
@@ -27,14 +27,10 @@ def board(db_url: str) -> Iterator[tuple[str, Durably, str]]:
     async def takes(ctx: Any, value: Any) -> None:
         return None
 
-    dash = Dashboard(app, token=TOKEN)
-    port = free_port()
-    httpd = dash.serve_in_background("127.0.0.1", port)
     try:
-        yield f"http://127.0.0.1:{port}", app, dash.auth.csrf()
+        with serving(app, TOKEN) as base:
+            yield base, app, Auth(TOKEN).csrf()
     finally:
-        httpd.shutdown()
-        httpd.server_close()
         app.sync.close()
 
 

@@ -8,9 +8,8 @@ import urllib.request
 from typing import Any
 
 from durably import Durably
-from durably.dashboard import Dashboard
+from tests.dashboard.conftest import serving
 from tests.helpers import eventually, scaled
-from tests.pgcluster import free_port
 
 
 def _get(url: str) -> str:
@@ -52,18 +51,15 @@ async def _status(app: Durably, run_id: str, status: str) -> bool:
 def test_a_held_run_is_listed_shown_and_counted(db_url: str) -> None:
     run_id = asyncio.run(_held_run(db_url))
     app = Durably(db_url)
-    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
     try:
-        base = f"http://127.0.0.1:{port}"
-        listed = _get(base + "/?status=held")
-        assert "<option selected>held</option>" in listed
-        assert run_id in listed and 'class="s-held"' in listed
-        assert run_id not in _get(base + "/?status=failed")
-        page = _get(f"{base}/runs/{run_id}")
-        assert "NonDeterminismError" in page and "held, not failed" in page
-        assert "id='cancel'" in page  # a held run has not ended: it can be canceled
-        assert 'durably_runs{status="held"} 1.0' in _get(base + "/metrics")
+        with serving(app, "t0ken") as base:
+            listed = _get(base + "/?status=held")
+            assert "<option selected>held</option>" in listed
+            assert run_id in listed and 'class="s-held"' in listed
+            assert run_id not in _get(base + "/?status=failed")
+            page = _get(f"{base}/runs/{run_id}")
+            assert "NonDeterminismError" in page and "held, not failed" in page
+            assert "id='cancel'" in page  # a held run has not ended: it can be canceled
+            assert 'durably_runs{status="held"} 1.0' in _get(base + "/metrics")
     finally:
-        httpd.shutdown()
-        httpd.server_close()
         app.sync.close()

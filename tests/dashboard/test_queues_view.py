@@ -6,10 +6,9 @@ import urllib.request
 from typing import Any
 
 from durably import Durably
-from durably.dashboard import Dashboard
 from durably.store.queues import QueueClaims
+from tests.dashboard.conftest import serving
 from tests.helpers import scaled
-from tests.pgcluster import free_port
 
 
 def _get(url: str) -> str:
@@ -35,18 +34,15 @@ def test_queue_counts_on_the_list_page_and_in_metrics(db_url: str) -> None:
         assert len(await claims.claim("downloads", "w", [("fetch", "v1")], 5, 60.0)) == 1
 
     client.run(claim_one())
-    httpd = Dashboard(app, token="t0ken").serve_in_background("127.0.0.1", port := free_port())
     try:
-        base = f"http://127.0.0.1:{port}"
-        page = _get(base + "/")
-        assert "<table id='queues'>" in page
-        assert "<td>1</td><td>1</td><td>1</td><td>-</td><td>10/60s</td>" in page
-        assert _get(base + "/?queue=downloads").count("fetch@v1") == 2
-        assert _get(base + "/?queue=other").count("fetch@v1") == 0
-        metrics = _get(base + "/metrics")
-        assert 'durably_queue_running{queue="downloads"} 1.0' in metrics
-        assert 'durably_queue_waiting{queue="downloads"} 1.0' in metrics
+        with serving(app, "t0ken") as base:
+            page = _get(base + "/")
+            assert "<table id='queues'>" in page
+            assert "<td>1</td><td>1</td><td>1</td><td>-</td><td>10/60s</td>" in page
+            assert _get(base + "/?queue=downloads").count("fetch@v1") == 2
+            assert _get(base + "/?queue=other").count("fetch@v1") == 0
+            metrics = _get(base + "/metrics")
+            assert 'durably_queue_running{queue="downloads"} 1.0' in metrics
+            assert 'durably_queue_waiting{queue="downloads"} 1.0' in metrics
     finally:
-        httpd.shutdown()
-        httpd.server_close()
         client.close()

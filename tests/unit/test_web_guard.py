@@ -14,7 +14,7 @@ from durably import Durably
 from durably.web.api import Api
 from durably.web.app import PREFIX, create_app
 from durably.web.credential import same_token
-from durably.web.guard import HostAllowList
+from durably.web.guard import HostAllowList, loopback_aliases
 from durably.web.openapi import DOCUMENT
 
 TOKEN = "s3cret-token"
@@ -64,6 +64,20 @@ def test_a_foreign_host_is_refused_before_the_token_is_looked_at(client: TestCli
     assert answer.status_code == 421
     assert "--allow-host" in answer.json()["error"]
     assert client.get("/", headers={"Host": "evil.example:8080"}).status_code == 421
+
+
+@pytest.mark.parametrize(
+    ("host", "aliases"),
+    [("127.0.0.1", ["localhost:8080"]), ("127.0.0.2", ["localhost:8080"]),
+     ("::1", ["localhost:8080"]), ("[::1]", ["localhost:8080"]),
+     ("0.0.0.0", ["localhost:8080"]), ("::", ["localhost:8080"]),
+     ("192.168.1.20", []), ("10.0.0.1", []), ("box.lan", [])],
+)  # fmt: skip
+def test_a_loopback_bind_is_also_localhost_on_its_port(host: str, aliases: list[str]) -> None:
+    assert loopback_aliases(host, 8080) == aliases
+    allowed = HostAllowList.of(host, 8080, loopback_aliases(host, 8080))
+    assert allowed.allows("localhost:8080") == bool(aliases)
+    assert not allowed.allows("localhost:8081") and not allowed.allows("localhost")
 
 
 @pytest.mark.parametrize(

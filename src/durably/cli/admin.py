@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import typer
 
@@ -16,8 +15,6 @@ def register(app: typer.Typer) -> None:
     app.command()(migrate)
     app.command()(tables)
     app.command()(worker)
-    app.command()(dashboard)
-    app.command()(serve)
 
 
 def migrate(ctx: typer.Context, json_out: bool = typer.Option(False, "--json")) -> None:
@@ -73,66 +70,3 @@ def worker(
         await w.run()
 
     run(go(), durably)
-
-
-def dashboard(
-    ctx: typer.Context,
-    host: str = typer.Option("127.0.0.1", "--host", help="address to bind (default loopback)"),
-    port: int = typer.Option(8080, "--port"),
-    token: str | None = typer.Option(None, "--token", envvar="DURABLY_DASHBOARD_TOKEN",
-                                     help="needed for actions; default: a new one, printed"),
-) -> None:  # fmt: skip
-    """Serve the web dashboard (runs, steps, cancel/signal/start, /metrics)."""
-    from ..dashboard import Dashboard
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    board = Dashboard(options(ctx).load(), token)
-    typer.echo(f"durably dashboard on http://{host}:{port}/  (token: {board.auth.token})")
-    try:
-        board.serve(host, port)
-    except OSError as exc:
-        fail(f"cannot serve on {host}:{port}: {exc.strerror}", 1)
-    except KeyboardInterrupt:
-        pass
-
-
-def serve(
-    ctx: typer.Context,
-    host: str = typer.Option("127.0.0.1", "--host", help="address to bind (default loopback)"),
-    port: int = typer.Option(8080, "--port", help="0: any free port (the URL printed names it)"),
-    allow_host: list[str] | None = typer.Option(
-        None, "--allow-host", help="also answer to this Host: NAME (any port) or NAME:PORT; "
-        "repeatable (a proxy's name, a machine's)"),
-    token: str | None = typer.Option(None, "--token", envvar="DURABLY_DASHBOARD_TOKEN",
-                                     help="what every call presents; default: a new one, printed"),
-) -> None:  # fmt: skip
-    """Serve the HTTP API (/api/v1: runs, signals, events; /api/v1/openapi.json) until
-    SIGTERM or SIGINT (then it finishes the calls in flight)."""
-    from .. import web
-
-    missing = web.missing_extra()
-    if missing:
-        absent = f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
-        fail(f"durably serve needs the web extra ({absent}): {web.INSTALL}", 2)
-    from ..web.app import PREFIX, create_app
-    from ..web.credential import new_token
-    from ..web.guard import HostAllowList, netloc
-    from ..web.server import bind
-    from ..web.server import serve as serve_app
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    durably = options(ctx).load()
-    secret = new_token(token)
-    try:
-        sock = bind(host, port)
-    except OSError as exc:
-        # create_server's message names the address again: the system's words suffice
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
-        fail(f"cannot serve on {netloc(host, port)}: {why}", 1)
-    port = sock.getsockname()[1]
-    typer.echo(f"durably API on http://{netloc(host, port)}{PREFIX}/  (token: {secret})")
-    if host.strip("[]") in ("0.0.0.0", "::") and not allow_host:
-        typer.echo(f"warning: bound to every address, this server answers to Host "
-                   f"{netloc(host, port)} only: name the others with --allow-host",
-                   err=True)  # fmt: skip
-    serve_app(create_app(durably, secret, HostAllowList.of(host, port, allow_host or ())), sock)

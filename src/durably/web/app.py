@@ -1,8 +1,8 @@
 """The ASGI app: the API mounted at `/api/v1` behind the bearer token, everything behind
 the `Host` allow-list, and the app's database closed when the server stops.
 
-`durably serve` serves the API alone; the dashboard, moved onto this stack, passes its
-pages as `routes` (mounted at `/`, behind the `Host` check and its own login and CSRF
+`durably serve` serves the API alone; `durably dashboard` passes its pages as `routes`
+(beside the API, behind the `Host` check and the dashboard's own login cookie and CSRF
 rules, not behind the API's bearer token) and serves both from one app.
 """
 

@@ -10,6 +10,7 @@ send, so the API needs no CSRF field of its own.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -44,6 +45,23 @@ def _split(host: str) -> tuple[str, int | None]:
 def netloc(host: str, port: int) -> str:
     """`host:port` as a URL writes it (an IPv6 address in brackets)."""
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
+def loopback_aliases(host: str, port: int) -> list[str]:
+    """`localhost:PORT` for a server bound to a loopback address (or to every address,
+    loopback included): the name people type into a browser for it.
+
+    It opens no door to DNS rebinding: a browser resolves `localhost` to loopback itself
+    (RFC 6761 §6.3; Chromium and Firefox never ask DNS for it), so no page of another
+    site can be served under that name, and `Host: localhost:PORT` comes only from a page
+    at `http://localhost:PORT`, which is this server's. (Other names of loopback, in
+    /etc/hosts say, are for `--allow-host`: a name DNS answers could be re-pointed.)"""
+    bare = host.strip("[]")
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        return []
+    return [f"localhost:{port}"] if address.is_loopback or address.is_unspecified else []
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import socket
+from collections.abc import Callable, Sequence
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -21,12 +22,34 @@ def bind(host: str, port: int) -> socket.socket:
     return socket.create_server((host.strip("[]"), port), family=family, backlog=2048)
 
 
-def serve(app: ASGIApp, sock: socket.socket) -> None:
-    """Serve `app` on `sock` until SIGTERM or SIGINT; then stop taking connections,
-    finish the calls in flight (for up to `GRACE_S`), run the app's shutdown, return."""
-    config = uvicorn.Config(app, lifespan="on", timeout_graceful_shutdown=GRACE_S,
-                            server_header=False, log_config=None)  # fmt: skip
-    server = uvicorn.Server(config)
+class Server(uvicorn.Server):
+    """uvicorn's server, calling `stopping` as its shutdown begins: what does not end by
+    itself (an event stream, `sse.EventStreams.close`) ends then, before uvicorn waits
+    for the responses in flight."""
+
+    def __init__(self, config: uvicorn.Config, stopping: Sequence[Callable[[], None]]) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for stop in self.stopping:
+            stop()
+        await super().shutdown(sockets)
+
+
+def config(app: ASGIApp) -> uvicorn.Config:
+    """How the app is served: its lifespan run, calls in flight given `GRACE_S` at a stop,
+    uvicorn's logging left to the command's."""
+    return uvicorn.Config(app, lifespan="on", timeout_graceful_shutdown=GRACE_S,
+                          server_header=False, log_config=None)  # fmt: skip
+
+
+def serve(app: ASGIApp, sock: socket.socket,
+          stopping: Sequence[Callable[[], None]] = ()) -> None:  # fmt: skip
+    """Serve `app` on `sock` until SIGTERM or SIGINT; then call `stopping`, stop taking
+    connections, finish the calls in flight (for up to `GRACE_S`), run the app's
+    shutdown, return."""
+    server = Server(config(app), stopping)
     # After its graceful shutdown, uvicorn raises the signal again for the handler it
     # found: SIGTERM's default would end the process by the signal. Like `durably
     # worker`, a drained server exits 0. (Before uvicorn takes the signal over, this
