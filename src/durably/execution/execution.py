@@ -117,7 +117,7 @@ class Execution(LiveWaits, Lifecycles):
         self._db_now: datetime = row["db_now"]
         self.lease_s = (row["lease_expires_at"] - self._db_now).total_seconds()  # as claimed
         self._mono_at_claim = clock.monotonic()
-        self.loop = WorkflowLoop(self.poison)  # type: ignore[abstract]  # I/O is refused
+        self.loop = WorkflowLoop(self.poison)  # I/O is refused
         self.commands: dict[int, Command] = {}
         self._position = 0
         self._to_start: list[Command] = []
