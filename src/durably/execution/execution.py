@@ -45,7 +45,7 @@ from ..core.errors import (
     message,
 )
 from ..store.confirm import ClaimConfirmation
-from ..store.history import History, Recorded
+from ..store.history import History
 from ..store.recorder import StepRecorder
 from ..store.records import Lease, PendingStep, RunEnd
 from ..store.store import Store
@@ -60,6 +60,7 @@ from .lifecycles import Lifecycles
 from .livewaits import LiveWaits
 from .loop import WorkflowLoop
 from .runlog import Outcome, RunLog, Stop
+from .undos import Undos
 
 if TYPE_CHECKING:
     from ..workflow.definition import Definition
@@ -135,8 +136,7 @@ class Execution(LiveWaits, Lifecycles):
         self.hold_mismatches = hold_mismatches  # else a mismatch fails the run
         self._drop_error: BaseException | None = None  # the fatal a dropped step made
         self.stop: Stop | None = None
-        self.compensations: list[tuple[int, Command]] = []
-        self._taken: set[int] = set()  # positions a compensate() or the end took to undo
+        self.undos = Undos(self.history)
         self._replayed_seq = 0  # the log entry replay handed back last
         self._home: asyncio.AbstractEventLoop | None = None
         self.steps = StepApi(self)
@@ -288,7 +288,7 @@ class Execution(LiveWaits, Lifecycles):
         return received
 
     def compensable(self, seq: int, cmd: Command) -> None:
-        self.compensations.append((seq, cmd))
+        self.undos.add(seq, cmd)
 
     def marker_pending(self, position: int) -> None:
         self.log.marker_pending(position)
@@ -409,11 +409,11 @@ class Execution(LiveWaits, Lifecycles):
             value = recorded_value(rec)
             self._replayed_seq = rec.seq or 0
             if rec.kind == "compensate":
-                self._took(cmd, rec)
+                self.undos.took(cmd, rec)
             if rec.completed:
                 if cmd.compensate is not None:
                     cmd.value = value
-                    self.compensations.append((rec.seq or 0, cmd))
+                    self.undos.add(rec.seq or 0, cmd)
                 received = self.receive(cmd, Outcome(value=value))
                 if not received and rec.kind == "signal-wait" and rec.delivered:
                     self.give_back(cmd, rec.seq or 0)  # the claim that recorded it did not
@@ -555,30 +555,8 @@ class Execution(LiveWaits, Lifecycles):
         undoing is waited for (see `_undoing`): its steps are taken."""
         await self._quiesce(fold=True)
         await self.log.write_in_flight()
-        for cmd in self.take_undos():
+        for cmd in self.undos.take():
             await run_compensation(self, cmd)
-
-    def take_undos(self, through: int | None = None) -> list[Command]:
-        newest = sorted(self.compensations, key=lambda c: c[0], reverse=True)
-        todo = list(dict.fromkeys(
-            cmd for seq, cmd in newest
-            if (through is None or seq <= through) and cmd.position not in self._taken
-        ))  # fmt: skip
-        self._taken.update(cmd.position for cmd in todo)
-        return todo
-
-    def undo_failed(self, cmd: Command) -> None:
-        self._taken.discard(cmd.position)
-
-    def _took(self, cmd: Command, rec: Recorded) -> None:
-        """A `compensate()` replayed from its record took what it took live (what it
-        names, then, whichever claim ran the undos): the same steps, but for those whose
-        undo failed for good (tried again at the run's end). A fork holds no undo's
-        record: what the old run's `compensate()` undid stays taken."""
-        for done in self.take_undos(cmd.spec.through):
-            undo = self.history.recorded_at(-done.position - 1)
-            if not rec.completed and undo is not None and not undo.completed:
-                self.undo_failed(done)
 
     async def _finish(
         self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None

@@ -12,10 +12,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ..core.errors import DatabaseUnavailable, LeaseLostError
 from ..store.records import Lease
 from ..workflow.commands import Command
-from .claimed import Claimed
+from .claimed import Claimed, is_engine_failure
 from .kinds import run_lifecycle
 from .runlog import RunLog, Stop
 
@@ -84,17 +83,12 @@ class Lifecycles:
                 # A record that raced the run's end: the end wrote it, or (refused, or a
                 # compensating end) `write_in_flight` writes it before any undo is chosen.
                 return
-            if self.is_engine_failure(exc):
+            if is_engine_failure(exc):
                 self.halt(Stop(f"{type(exc).__name__}: {exc}"))
             elif self.fatal is None:
                 log.error("run %s: step %r: unexpected error", self.lease.run_id, cmd.name,
                           exc_info=exc)  # fmt: skip
                 self.poison(exc)
-
-    @staticmethod
-    def is_engine_failure(exc: BaseException) -> bool:
-        """A failure of the engine's own writes: the run is left to be claimed again."""
-        return isinstance(exc, LeaseLostError | DatabaseUnavailable)
 
     def halt(self, stop: Stop) -> None:
         """Stop driving the workflow and interrupt every step body in flight."""

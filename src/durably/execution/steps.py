@@ -36,7 +36,7 @@ from ..core.retry import RetryPolicy
 from ..store.records import PendingStep
 from ..workflow.commands import Body, Command, Wait
 from ..workflow.stepcontext import Fence, StepContext
-from .claimed import Claimed
+from .claimed import Claimed, is_engine_failure
 
 T = TypeVar("T")
 log = logging.getLogger("durably.worker")
@@ -246,7 +246,7 @@ async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
         return
     except Exception as exc:
         x.log.unreserve(seq)
-        if x.is_engine_failure(exc):
+        if is_engine_failure(exc):
             raise
         await _failed(x, cmd, attempt, exc, body.retry, x.clock.monotonic() - began)
         return
