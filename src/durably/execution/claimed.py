@@ -29,13 +29,17 @@ class Claimed(Protocol):
     history: History
     threads: Executor | None  # where sync step bodies run
     heartbeat: Callable[[], Coroutine[Any, Any, None]]  # renews the lease now
-    interrupting: bool  # the engine is cancelling the run's bodies
     log: RunLog  # the run's log: outcomes take the next `seq`, reach the workflow in order
     max_payload: int
     undos: Undos  # which completed steps are undone, each once
 
     @property
     def run_id(self) -> str: ...
+
+    @property
+    def interrupting(self) -> bool:
+        """The engine is cancelling the run's bodies."""
+        ...
 
     async def confirm_claim(self) -> None:
         """Return once the claim is durable (before a body gets the fence)."""

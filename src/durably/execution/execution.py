@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
@@ -54,9 +55,9 @@ from ..workflow.context import WorkflowContext
 from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
 from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
-from .claimed import Claimed
 from .compensations import run_compensation
-from .lifecycles import Lifecycles
+from .kinds import run_lifecycle
+from .lifecycles import CommandTasks
 from .livewaits import LiveWaits
 from .loop import WorkflowLoop
 from .runlog import Outcome, RunLog, Stop
@@ -78,7 +79,7 @@ def hold_delay(holds: int) -> float:
     return min(HOLD_FIRST_S * 2.0 ** min(holds - 1, 30), HOLD_MAX_S)
 
 
-class Execution(LiveWaits, Lifecycles):
+class Execution(LiveWaits):
     """One claim of one run, from replay to park or finish."""
 
     def __init__(
@@ -121,12 +122,12 @@ class Execution(LiveWaits, Lifecycles):
         self.loop = WorkflowLoop(self.poison)  # I/O is refused
         self.commands: dict[int, Command] = {}
         self._position = 0
-        self._to_start: list[Command] = []
-        self._active: dict[asyncio.Task[None], Command] = {}
-        self.concluded = False
-        self.interrupting = False  # bodies are being cancelled by the engine
         self._changed = asyncio.Event()  # the drive looks again
         self.log = RunLog(self.history.max_seq, self.lease, store, recorder, self, self._changed)
+        self.tasks = CommandTasks(
+            self, self.run_id, self.commands, self.log, self._changed,
+            functools.partial(run_lifecycle, self), self._arm,
+        )  # fmt: skip
         self.replaying = True
         self.collect_only = bool(row["compensating"])
         self.fatal: BaseException | None = None
@@ -138,7 +139,6 @@ class Execution(LiveWaits, Lifecycles):
         self.stop: Stop | None = None
         self.undos = Undos(self.history)
         self._replayed_seq = 0  # the log entry replay handed back last
-        self._home: asyncio.AbstractEventLoop | None = None
         self.steps = StepApi(self)
         self._sync: SyncDriver | None = None
 
@@ -146,8 +146,14 @@ class Execution(LiveWaits, Lifecycles):
     def run_id(self) -> str:
         return self.lease.run_id
 
-    def _claimed(self) -> Claimed:
-        return self
+    @property
+    def interrupting(self) -> bool:
+        return self.tasks.interrupting
+
+    @property
+    def concluded(self) -> bool:
+        """It parked, or its end is being written (nothing more is started or taken up)."""
+        return self.tasks.concluded
 
     async def confirm_claim(self) -> None:
         """Return once this run's claim is durable (before its fence reaches a body; see
@@ -213,8 +219,9 @@ class Execution(LiveWaits, Lifecycles):
                 f"ctx.step.{kind.replace('-', '_')}({name!r}) was called outside the "
                 "workflow's code (from inside a step body?); step bodies cannot run steps"
             )
-            if running is None and self._home is not None:  # a sync body's thread
-                self._home.call_soon_threadsafe(self.poison, error)
+            home = self.tasks.home
+            if running is None and home is not None:  # a sync body's thread
+                home.call_soon_threadsafe(self.poison, error)
             else:
                 self.poison(error)
             raise error
@@ -232,7 +239,7 @@ class Execution(LiveWaits, Lifecycles):
         cmd.future.add_done_callback(lambda future: self._awaited_no_more(cmd, future))
         self.commands[cmd.position] = cmd
         if rec is None or not rec.resolves:
-            self._to_start.append(cmd)
+            self.tasks.queue(cmd)
         return cmd
 
     def _dropped(self, cmd: Command) -> None:
@@ -240,7 +247,7 @@ class Execution(LiveWaits, Lifecycles):
         poisoned at once, so its next step call raises and nothing it issued starts (the
         same place live and on replay: the code decides it). Let go of later, outside the
         workflow's pass (the run parked, or ended), it is not a mistake of the code's."""
-        if not self.loop.is_running() or self.concluded:
+        if not self.loop.is_running() or self.tasks.concluded:
             return
         if _cancelled_issuer(cmd):
             return
@@ -266,6 +273,14 @@ class Execution(LiveWaits, Lifecycles):
     @property
     def stopped(self) -> bool:
         return self.fatal is not None or self.stop is not None
+
+    def halt(self, stop: Stop) -> None:
+        """Stop driving the workflow and interrupt every step body in flight."""
+        if stop.replaces(self.stop):
+            self.stop = stop
+        self.tasks.interrupt_bodies()
+        self.log.wake_gated()
+        self._changed.set()
 
     def receive(self, cmd: Command, outcome: Outcome) -> bool:
         """Hand one result to the workflow and run it until it blocks again; False if the
@@ -311,7 +326,7 @@ class Execution(LiveWaits, Lifecycles):
 
     async def execute(self) -> None:
         """Run the claim to its end: park, retry, finish, or let go."""
-        self._home = asyncio.get_running_loop()
+        self.tasks.home = asyncio.get_running_loop()
         try:
             with _telemetry.run_span(self.row):
                 await self._execute()
@@ -331,15 +346,15 @@ class Execution(LiveWaits, Lifecycles):
             with contextlib.suppress(Exception):
                 await self.store.ends.finish_run(self.lease, "failed", None, describe(exc))
         finally:
-            self.concluded = True
+            self.tasks.concluded = True
             if self._confirm is not None:  # a confirmation asked again renews it no more
                 self._confirm.forget(self.run_id)
-            self.interrupt_bodies()
+            self.tasks.interrupt_bodies()
             for cmd in self.commands.values():  # a parked run holds no timer (nor memory)
                 if cmd.timer is not None:
                     cmd.timer.cancel()
             try:
-                await self._end_lifecycles()
+                await self.tasks.end()
             finally:  # even if cancelled again: no workflow thread is left waiting
                 self.loop.close()
                 if self._sync is not None:  # a sync workflow's thread on a step unwinds
@@ -374,7 +389,7 @@ class Execution(LiveWaits, Lifecycles):
         self.replaying = False
         while not (self.collect_only or self.fatal or self.stop or main.done()):
             self._start_issued()
-            if not (self._active or self.log.undelivered() or self._to_start):
+            if self.tasks.idle() and not self.log.undelivered():
                 if await self._park():
                     return None
                 self.poison(WorkflowMisuseError(
@@ -388,6 +403,14 @@ class Execution(LiveWaits, Lifecycles):
         self._start_issued()  # what the workflow issued as it returned (a child to start)
         return main
 
+    def _start_issued(self) -> None:
+        if self.replaying or self.collect_only or self.fatal or self.stop:
+            return
+        # Values the pass read join the records it followed, still waiting for their
+        # statement: now, before the recorder's turn sends them (`RunLog.send_values`).
+        self.log.send_values()
+        self.tasks.start_queued()
+
     def _replay(self) -> None:
         """Hand back the recorded results in log order, one at a time."""
         for rec in self.history.log:
@@ -398,7 +421,7 @@ class Execution(LiveWaits, Lifecycles):
                 cmd = self.commands.get(rec.position)
                 if cmd is not None:
                     cmd.recorded = None
-                    self._to_start.append(cmd)
+                    self.tasks.queue(cmd)
                 continue
             cmd = self.commands.get(rec.position)
             if cmd is None:
@@ -430,7 +453,7 @@ class Execution(LiveWaits, Lifecycles):
         # The children whose end wakes the run: those its code awaits. One it only started
         # (a handle not awaited yet) is read again by the claim that reaches its await.
         children = [c.wait.ended_by for c in parked if c.blocking and c.wait and c.wait.ended_by]
-        self.concluded = True
+        self.tasks.concluded = True
         wakes = [w.wake_at for w in waits if w.wake_at is not None]
         wake_at = min(wakes) if wakes else None
         status = "pending" if all(w.retry for w in waits) else "waiting"
@@ -444,7 +467,7 @@ class Execution(LiveWaits, Lifecycles):
         stop = self.stop
         ends_well = (stop is None and self.fatal is None and main is not None and main.done()
                      and not main.cancelled() and main.exception() is None)  # fmt: skip
-        await self._quiesce(fold=ends_well)
+        await self.tasks.quiesce(fold=ends_well)
         if stop is not None and stop.status is None:  # let go: someone else continues
             log.warning("run %s: %s; it is left to be claimed again", self.run_id, stop)
             if stop.release:
@@ -503,7 +526,7 @@ class Execution(LiveWaits, Lifecycles):
         await self._finish("completed", output_json=out)
 
     async def _fail(self, error: BaseException, retry: bool) -> None:
-        await self._quiesce()
+        await self.tasks.quiesce()
         described = describe(error)  # once: its message is the user's code
         attempts = self.row["attempts"]
         if retry and attempts < self.row["max_attempts"]:
@@ -511,7 +534,7 @@ class Execution(LiveWaits, Lifecycles):
             delay = self.workflow.retry.delay(attempts).total_seconds()
             log.warning("run %s: attempt %d failed (%s: %s); retrying in %gs", self.run_id,
                         attempts, described["type"], described["message"], delay)  # fmt: skip
-            self.concluded = True
+            self.tasks.concluded = True
             resumes = decode(self.row.get("resumes")) or ()
             await self.store.ends.retry_run(self.lease, described, delay, resumes)
             self.on_park(delay)
@@ -544,7 +567,7 @@ class Execution(LiveWaits, Lifecycles):
                           "found": error.found}  # fmt: skip
         log.warning("run %s held (hold %d in a row, claimed again in %gs): %s", self.run_id,
                     holds, delay, message(error))  # fmt: skip
-        self.concluded = True
+        self.tasks.concluded = True
         available = await self.store.hold(self.lease, described, delay)
         self.on_park((available - self.now()).total_seconds())
 
@@ -553,7 +576,7 @@ class Execution(LiveWaits, Lifecycles):
         Every step record still in flight is made durable first: a step that completed is
         undone, even when its record's own write is late or failed. A `compensate()` still
         undoing is waited for (see `_undoing`): its steps are taken."""
-        await self._quiesce(fold=True)
+        await self.tasks.quiesce(fold=True)
         await self.log.write_in_flight()
         for cmd in self.undos.take():
             await run_compensation(self, cmd)
@@ -561,7 +584,7 @@ class Execution(LiveWaits, Lifecycles):
     async def _finish(
         self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None
     ) -> None:
-        self.concluded = True
+        self.tasks.concluded = True
         children = any(cmd.kind == "child" for cmd in self.commands.values())
         records = self.log.in_flight()
         if children:  # its children end with it, in one transaction of its own
@@ -608,7 +631,7 @@ class Execution(LiveWaits, Lifecycles):
     async def _call_sync_workflow(self, value: Any) -> Any:
         """A plain `def` workflow: in a thread of its own, in lockstep (`_syncflow`)."""
         wf = self.workflow
-        home = self._home_loop()
+        home = self.tasks.home_loop()
         driver = SyncDriver(
             wf.fn, (), f"durably-workflow-{self.run_id}",
             lambda error: home.call_soon_threadsafe(self.poison, error),

@@ -10,12 +10,13 @@ run's buffer. When nothing but waits is left, the run parks instead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from ..store.records import Lease
 from ..store.store import Store
 from ..workflow.commands import Command
+from .lifecycles import CommandTasks
 from .runlog import RunLog, Stop
 
 
@@ -25,16 +26,13 @@ class LiveWaits:
     store: Store
     lease: Lease
     commands: dict[int, Command]
-    _to_start: list[Command]
     _changed: asyncio.Event
     collect_only: bool
-    concluded: bool
     fatal: BaseException | None
     stop: Any
     halt: Callable[[Any], None]
     now: Callable[[], Any]
-    _spawn: Callable[[Command, Coroutine[Any, Any, None]], None]
-    _home_loop: Callable[[], asyncio.AbstractEventLoop]
+    tasks: CommandTasks
     log: RunLog
 
     def _arm(self, cmd: Command) -> None:
@@ -42,17 +40,17 @@ class LiveWaits:
         then (a sleep or time-out beside a body that is still working)."""
         assert cmd.wait is not None
         if cmd.abandoned:
-            self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
+            self.tasks.spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
             return
         if cmd.poke_kept:  # something arrived while its lifecycle ran: look now
             self._take_up(cmd, True)
             return
         if cmd.wait.wake_at is not None:
             delay = max((cmd.wait.wake_at - self.now()).total_seconds(), 0.0)
-            cmd.timer = self._home_loop().call_later(delay, self._take_up, cmd, False)
+            cmd.timer = self.tasks.home_loop().call_later(delay, self._take_up, cmd, False)
 
     def _take_up(self, cmd: Command, poked: bool) -> None:
-        if self.stop or self.fatal or self.concluded or cmd.settled or cmd.abandoned:
+        if self.stop or self.fatal or self.tasks.concluded or cmd.settled or cmd.abandoned:
             return
         if cmd.active or cmd.wait is None:
             # Its lifecycle runs, or is yet to run: it may have looked before what the poke
@@ -63,7 +61,7 @@ class LiveWaits:
             cmd.timer.cancel()
         cmd.recorded, cmd.wait, cmd.timer = cmd.wait.resume(cmd), None, None
         cmd.poked, cmd.poke_kept = poked, False
-        self._to_start.append(cmd)
+        self.tasks.queue(cmd)
         self._changed.set()
 
     def poke(self) -> None:
@@ -78,22 +76,21 @@ class LiveWaits:
         if not future.cancelled() or cmd.settled:
             return
         cmd.abandoned = True
-        if cmd in self._to_start:
-            self._to_start.remove(cmd)
+        if self.tasks.unqueue(cmd):
             rec = cmd.recorded
             if rec is not None and rec.waiting and not self.collect_only:
-                self._spawn(cmd, self._abandon(cmd, rec.attempt))
+                self.tasks.spawn(cmd, self._abandon(cmd, rec.attempt))
         elif cmd.wait is not None and not cmd.active:
             if cmd.timer is not None:
                 cmd.timer.cancel()
-            self._spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
+            self.tasks.spawn(cmd, self._abandon(cmd, cmd.wait.attempt))
 
     def give_back(self, cmd: Command, seq: int) -> None:
         """The workflow stopped awaiting signal wait `cmd` after it ended (log entry `seq`):
         the signal it took goes back to the run, once its record is durable. Both waits of
         a `wait_first` may end before the workflow sees the first."""
         if not self.collect_only:
-            self._spawn(cmd, self._give_back(cmd, seq))
+            self.tasks.spawn(cmd, self._give_back(cmd, seq))
 
     async def _give_back(self, cmd: Command, seq: int) -> None:
         assert cmd.signal is not None
@@ -106,7 +103,7 @@ class LiveWaits:
                     )
                 )
         except Exception as exc:
-            if not self.concluded:
+            if not self.tasks.concluded:
                 self.halt(Stop(f"{type(exc).__name__}: {exc}"))
 
     async def _abandon(self, cmd: Command, attempt: int) -> None:
@@ -117,7 +114,7 @@ class LiveWaits:
                 )
             )
         except Exception as exc:
-            if not self.concluded:
+            if not self.tasks.concluded:
                 self.halt(Stop(f"{type(exc).__name__}: {exc}"))
         cmd.wait = None
 
