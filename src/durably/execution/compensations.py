@@ -10,7 +10,7 @@ again; its writes rolled back with the first).
 
 An undo gets the step's result as the workflow got it (validated into its annotation).
 Undos are never interrupted by the engine (nor is a run let go, retried or ended while a
-`compensate()` undoes: `Lifecycles._undoing`), and never count against the run's limit of
+`compensate()` undoes: `CommandTasks._undoing`), and never count against the run's limit of
 attempts (a run at its limit must still undo). A failed one is retried in place on the
 step default's back-off, up to its attempts; then it is given up (logged). Which steps are
 undone, and that each is undone once, is the execution's (`undos`).

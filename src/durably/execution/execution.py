@@ -79,7 +79,7 @@ def hold_delay(holds: int) -> float:
     return min(HOLD_FIRST_S * 2.0 ** min(holds - 1, 30), HOLD_MAX_S)
 
 
-class Execution(LiveWaits):
+class Execution:
     """One claim of one run, from replay to park or finish."""
 
     def __init__(
@@ -130,6 +130,10 @@ class Execution(LiveWaits):
         )  # fmt: skip
         self.replaying = True
         self.collect_only = bool(row["compensating"])
+        self.waits = LiveWaits(
+            self, self.tasks, self.commands, store.givebacks, self.lease, self.log, self.now,
+            self._changed, self.collect_only,
+        )  # fmt: skip
         self.fatal: BaseException | None = None
         # The replay check's (not the user's), or the stored input no longer fitting the
         # code's model under a run that has history: a deploy mistake, held (see `_hold`).
@@ -236,7 +240,7 @@ class Execution(LiveWaits):
         cmd.gate = self.log.delivered
         cmd.dropped = self._dropped
         cmd.issuer = asyncio.current_task(self.loop)
-        cmd.future.add_done_callback(lambda future: self._awaited_no_more(cmd, future))
+        cmd.future.add_done_callback(lambda future: self.waits.awaited_no_more(cmd, future))
         self.commands[cmd.position] = cmd
         if rec is None or not rec.resolves:
             self.tasks.queue(cmd)
@@ -305,6 +309,16 @@ class Execution(LiveWaits):
     def compensable(self, seq: int, cmd: Command) -> None:
         self.undos.add(seq, cmd)
 
+    def _arm(self, cmd: Command) -> None:
+        self.waits.arm(cmd)  # (made after the tasks, which call this)
+
+    def give_back(self, cmd: Command, seq: int) -> None:
+        self.waits.give_back(cmd, seq)
+
+    def poke(self) -> None:
+        """Something may have arrived for this run (a signal, a child's end): look again."""
+        self.waits.poke()
+
     def marker_pending(self, position: int) -> None:
         self.log.marker_pending(position)
 
@@ -350,9 +364,7 @@ class Execution(LiveWaits):
             if self._confirm is not None:  # a confirmation asked again renews it no more
                 self._confirm.forget(self.run_id)
             self.tasks.interrupt_bodies()
-            for cmd in self.commands.values():  # a parked run holds no timer (nor memory)
-                if cmd.timer is not None:
-                    cmd.timer.cancel()
+            self.waits.cancel_timers()
             try:
                 await self.tasks.end()
             finally:  # even if cancelled again: no workflow thread is left waiting

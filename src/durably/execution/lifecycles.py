@@ -48,8 +48,8 @@ class CommandTasks:
     """The tasks of one execution's commands, on the worker's loop (`home`).
 
     A command the workflow issued is queued (`queue`), then started by the drive
-    (`start_queued`) as the lifecycle of its kind. Once it has ended (`concluded`: the run
-    parked, or its end is being written) nothing more is taken up, and a lifecycle that
+    (`start_queued`) as the lifecycle of its kind. Once the execution has concluded (the
+    run parked, or its end is being written) nothing more is taken up, and a lifecycle that
     fails raced that end, which settles what it was writing.
     """
 
@@ -63,23 +63,13 @@ class CommandTasks:
         lifecycle: Callable[[Command], Coroutine[Any, Any, None]],
         on_wait: Callable[[Command], None],
     ) -> None:
-        """
-        Args:
-            run: the execution, for its stop.
-            run_id: the run's, for the log.
-            commands: every command its workflow issued, by position.
-            log: the run's log (a lifecycle starts once what it may depend on is durable).
-            changed: set whenever the drive should look again.
-            lifecycle: what a command's kind does (`kinds.run_lifecycle`, bound).
-            on_wait: a lifecycle ended with its command waiting (`LiveWaits.arm`).
-        """
         self._run = run
         self._run_id = run_id
-        self._commands = commands
-        self._log = log
-        self._changed = changed
-        self._run_kind = lifecycle
-        self._on_wait = on_wait
+        self._commands = commands  # every command the workflow issued, by position
+        self._log = log  # a lifecycle starts once what it may depend on is durable
+        self._changed = changed  # set whenever the drive should look again
+        self._run_kind = lifecycle  # what a command's kind does (`kinds.run_lifecycle`)
+        self._on_wait = on_wait  # a lifecycle ended, its command waiting (`LiveWaits.arm`)
         self._to_start: list[Command] = []
         self._active: dict[asyncio.Task[None], Command] = {}
         self.home: asyncio.AbstractEventLoop | None = None  # the worker's, once it runs
@@ -102,6 +92,8 @@ class CommandTasks:
         return not (self._active or self._to_start)
 
     def start_queued(self) -> None:
+        """Start the lifecycles of the commands queued (each once what it may depend on
+        is durable: `_lifecycle`)."""
         commands, self._to_start = self._to_start, []
         for cmd in commands:
             self.spawn(cmd, self._lifecycle(cmd))

@@ -170,7 +170,7 @@ async def _outcome(body: asyncio.Future[T]) -> T:
     """The body's outcome, as `await asyncio.shield(body)` gives it, at half the callbacks.
 
     The lifecycle cancelled (by the execution's end) stops waiting at once, even for a body
-    that ignores cancellation: the body is cancelled by `Execution.interrupt_bodies`, never
+    that ignores cancellation: the body is cancelled by `CommandTasks.interrupt_bodies`, never
     through this await, and its outcome is read when it ends (no "never retrieved").
     """
     waiter = asyncio.get_running_loop().create_future()
