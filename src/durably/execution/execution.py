@@ -1,18 +1,20 @@
-"""Executing one claimed run: replay the log, run new steps, park, finish, compensate.
+"""Executing one claimed run: replay the log, run new steps, park or end.
 
-Workflow code runs on a `WorkflowLoop` of its own (see `_loop`). The execution first
+Workflow code runs on a `WorkflowLoop` of its own (see `loop`). The execution first
 replays: it hands the recorded results back one at a time, in log order, running the
 workflow until it blocks after each, so every branch sees what it saw the first time. Then
 it goes live: commands the workflow issued and history has not resolved get their
-lifecycles (`kinds`) on the worker's loop; each result takes the next `seq`
-of the run's log and reaches the workflow in that order (`_runlog`). Waits fire on time
-while other bodies work (`_livewaits`); when everything left waits (a sleep, a signal, a
-child, a retry back-off) the run parks, and the next claim replays from the start.
+lifecycles (`kinds`) as tasks on the worker's loop (`lifecycles`); each result takes the
+next `seq` of the run's log and reaches the workflow in that order (`runlog`). Waits fire
+on time while other bodies work (`livewaits`); when everything left waits (a sleep, a
+signal, a child, a retry back-off) the run parks, and the next claim replays from the
+start. How the claim ends (parked, let go, held, retried, failed, canceled, completed) is
+`ending`'s; which completed steps are undone, `undos`'s.
 
 The engine's own failures never reach workflow code: a lost lease, a failed engine write,
 a shutdown or a cancel stop the execution (nothing more of the workflow runs), and a
 non-deterministic or misused workflow is poisoned (it is never driven again). A misused one
-fails; one whose replay does not match its history (a deploy mistake) is held (`_hold`).
+fails; one whose replay does not match its history (a deploy mistake) is held.
 """
 
 from __future__ import annotations
@@ -35,27 +37,31 @@ from ..core.errors import (
     DatabaseUnavailable,
     DeadlineExceeded,
     DurablyError,
-    InvalidInput,
     LeaseLostError,
     NonDeterminismError,
     PayloadTooLarge,
     StepLimitExceeded,
     WorkflowMisuseError,
     describe,
-    is_misuse,
-    message,
 )
 from ..store.confirm import ClaimConfirmation
 from ..store.history import History
 from ..store.recorder import StepRecorder
-from ..store.records import Lease, PendingStep, RunEnd
+from ..store.records import Lease, PendingStep
 from ..store.store import Store
-from ..workflow.commands import Command, error_for, never_awaited, recorded_value, typed
+from ..workflow.commands import (
+    Command,
+    cancelled_issuer,
+    error_for,
+    never_awaited,
+    recorded_value,
+    typed,
+)
 from ..workflow.context import WorkflowContext
 from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
 from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
-from .compensations import run_compensation
+from .ending import Ending
 from .kinds import run_lifecycle
 from .lifecycles import CommandTasks
 from .livewaits import LiveWaits
@@ -67,16 +73,6 @@ if TYPE_CHECKING:
     from ..workflow.definition import Definition
 
 log = logging.getLogger("durably.worker")
-
-# A held run is claimed again after HOLD_FIRST_S, doubled at each hold in a row, at most
-# HOLD_MAX_S: code that matches its history, once deployed, takes it within that.
-HOLD_FIRST_S = 1.0
-HOLD_MAX_S = 300.0
-
-
-def hold_delay(holds: int) -> float:
-    """The back-off after the `holds`-th hold in a row (1, 2, 4 ... 300 s)."""
-    return min(HOLD_FIRST_S * 2.0 ** min(holds - 1, 30), HOLD_MAX_S)
 
 
 class Execution:
@@ -99,6 +95,7 @@ class Execution:
         max_history_bytes: int = DEFAULT_MAX_HISTORY,
         hold_mismatches: bool = True,
     ) -> None:
+        # The claim, as the lifecycles of its commands see it (`Claimed`).
         self.store = store
         self._confirm = confirm
         self.workflow = workflow
@@ -113,38 +110,42 @@ class Execution:
         # The history's size as claimed, and what this claim encoded to record since (a
         # signal's data is counted by the next claim's read).
         self.history_bytes = len(row["history"] or "")
-        self.recorder = recorder
-        self.on_park = on_park
         self.heartbeat = heartbeat
         self._db_now: datetime = row["db_now"]
         self.lease_s = (row["lease_expires_at"] - self._db_now).total_seconds()  # as claimed
         self._mono_at_claim = clock.monotonic()
+        # The workflow's side: its loop, what it issued, what it received.
         self.loop = WorkflowLoop(self.poison)  # I/O is refused
         self.commands: dict[int, Command] = {}
         self._position = 0
+        self.replaying = True
+        self._replayed_seq = 0  # the log entry replay handed back last
+        self.collect_only = bool(row["compensating"])  # the claim only undoes
+        self.steps = StepApi(self)
+        self._sync: SyncDriver | None = None
+        # Why it stops, if it does (`Driven`).
+        self.stop: Stop | None = None
+        self.fatal: BaseException | None = None
+        # The replay check's (not the user's), or the stored input no longer fitting the
+        # code's model under a run that has history: a deploy mistake, held (see `ending`).
+        self.mismatch: BaseException | None = None
+        self._drop_error: BaseException | None = None  # the fatal a dropped step made
+        # Its collaborators, each with its own state.
         self._changed = asyncio.Event()  # the drive looks again
         self.log = RunLog(self.history.max_seq, self.lease, store, recorder, self, self._changed)
+        self.undos = Undos(self.history)
         self.tasks = CommandTasks(
             self, self.run_id, self.commands, self.log, self._changed,
             functools.partial(run_lifecycle, self), self._arm,
         )  # fmt: skip
-        self.replaying = True
-        self.collect_only = bool(row["compensating"])
         self.waits = LiveWaits(
             self, self.tasks, self.commands, store.givebacks, self.lease, self.log, self.now,
             self._changed, self.collect_only,
         )  # fmt: skip
-        self.fatal: BaseException | None = None
-        # The replay check's (not the user's), or the stored input no longer fitting the
-        # code's model under a run that has history: a deploy mistake, held (see `_hold`).
-        self.mismatch: BaseException | None = None
-        self.hold_mismatches = hold_mismatches  # else a mismatch fails the run
-        self._drop_error: BaseException | None = None  # the fatal a dropped step made
-        self.stop: Stop | None = None
-        self.undos = Undos(self.history)
-        self._replayed_seq = 0  # the log entry replay handed back last
-        self.steps = StepApi(self)
-        self._sync: SyncDriver | None = None
+        self.ending = Ending(
+            self, self.tasks, self.commands, row, workflow.retry, recorder, on_park,
+            self.collect_only, hold_mismatches,
+        )  # fmt: skip
 
     @property
     def run_id(self) -> str:
@@ -253,7 +254,7 @@ class Execution:
         workflow's pass (the run parked, or ended), it is not a mistake of the code's."""
         if not self.loop.is_running() or self.tasks.concluded:
             return
-        if _cancelled_issuer(cmd):
+        if cancelled_issuer(cmd):
             return
         self._drop_error = never_awaited(cmd)
         self.poison(self._drop_error)
@@ -402,7 +403,7 @@ class Execution:
         while not (self.collect_only or self.fatal or self.stop or main.done()):
             self._start_issued()
             if self.tasks.idle() and not self.log.undelivered():
-                if await self._park():
+                if await self.ending.park():
                     return None
                 self.poison(WorkflowMisuseError(
                     "the workflow is blocked on something that is not a durable step "
@@ -455,54 +456,13 @@ class Execution:
             else:
                 self.receive(cmd, Outcome(error=error_for(rec)))
 
-    async def _park(self) -> bool:
-        """Everything left waits: park the run until the earliest wake-up. False: nothing waits."""
-        parked = [c for c in self.commands.values()
-                  if c.wait is not None and not c.settled and not c.abandoned]  # fmt: skip
-        waits = [c.wait for c in parked if c.wait is not None]
-        if not waits:
-            return False
-        # The children whose end wakes the run: those its code awaits. One it only started
-        # (a handle not awaited yet) is read again by the claim that reaches its await.
-        children = [c.wait.ended_by for c in parked if c.blocking and c.wait and c.wait.ended_by]
-        self.tasks.concluded = True
-        wakes = [w.wake_at for w in waits if w.wake_at is not None]
-        wake_at = min(wakes) if wakes else None
-        status = "pending" if all(w.retry for w in waits) else "waiting"
-        label = ", ".join(dict.fromkeys(w.label for w in waits))[:500]
-        available = await self.store.park(self.lease, status, wake_at, label, children)
-        if available is not None:
-            self.on_park((available - self.now()).total_seconds())
-        return True
-
     async def _conclude(self, main: asyncio.Task[Any] | None) -> None:
         stop = self.stop
         ends_well = (stop is None and self.fatal is None and main is not None and main.done()
                      and not main.cancelled() and main.exception() is None)  # fmt: skip
         await self.tasks.quiesce(fold=ends_well)
-        if stop is not None and stop.status is None:  # let go: someone else continues
-            log.warning("run %s: %s; it is left to be claimed again", self.run_id, stop)
-            if stop.release:
-                with contextlib.suppress(Exception):
-                    await self.store.release(self.lease)
-            return
-        if self.mismatch is not None and self.hold_mismatches:
-            await self._hold(self.mismatch, stop)
-            return
-        if main is None and stop is None:  # parked
-            return
-        if self.collect_only or (stop is not None and stop.status == "canceled"):
-            await self._compensate()
-            await self._finish("canceled")  # keeps the error the cancel stored
-            return
-        if stop is not None:
-            await self._fail(stop.error, retry=False)
-            return
-        if self.fatal is not None and not self._own_error(main):
-            await self._fail(self.fatal, retry=False)
-            return
-        assert main is not None
-        await self._ended(main)
+        fatal = None if self._own_error(main) else self.fatal
+        await self.ending.conclude(main, stop, self.mismatch, fatal)
 
     def _own_error(self, main: asyncio.Task[Any] | None) -> bool:
         """The workflow failed with an error of its own, which dropped a step as it
@@ -514,104 +474,6 @@ class Execution:
             return False
         error = main.exception()
         return error is not None and error is not self.fatal
-
-    async def _ended(self, main: asyncio.Task[Any]) -> None:
-        if main.cancelled():
-            await self._fail(WorkflowMisuseError("the workflow's task was cancelled"), retry=False)
-            return
-        error = main.exception()
-        if error is not None:
-            # A misuse, or a value refused (signal data that does not fit its type), is
-            # refused again by every attempt, which replays it: the run fails for good.
-            await self._fail(error, retry=not is_misuse(error))
-            return
-        forgotten = [c for c in self.commands.values()
-                     if not c.awaited and not _cancelled_issuer(c)]  # fmt: skip
-        if forgotten:  # returned (not dropped) or kept to the end, never awaited
-            await self._fail(never_awaited(forgotten[0]), retry=False)
-            return
-        try:
-            out = self.encode(main.result(), "the workflow's result", history=False)
-        except InvalidInput as exc:
-            await self._fail(exc, retry=False)
-            return
-        await self._finish("completed", output_json=out)
-
-    async def _fail(self, error: BaseException, retry: bool) -> None:
-        await self.tasks.quiesce()
-        described = describe(error)  # once: its message is the user's code
-        attempts = self.row["attempts"]
-        if retry and attempts < self.row["max_attempts"]:
-            # Its waits end with it, in the retry's transaction (see `RunEnds.retry_run`).
-            delay = self.workflow.retry.delay(attempts).total_seconds()
-            log.warning("run %s: attempt %d failed (%s: %s); retrying in %gs", self.run_id,
-                        attempts, described["type"], described["message"], delay)  # fmt: skip
-            self.tasks.concluded = True
-            resumes = decode(self.row.get("resumes")) or ()
-            await self.store.ends.retry_run(self.lease, described, delay, resumes)
-            self.on_park(delay)
-            return
-        log.warning("run %s failed: %s: %s", self.run_id, described["type"], described["message"])
-        await self._compensate()
-        await self._finish("failed", error=described)
-
-    async def _hold(self, error: BaseException, stop: Stop | None) -> None:
-        """The code does not match the run's history (a deploy mistake, SPEC §4.2): the
-        run is held, not failed. Nothing is undone (the code cannot say which undo belongs
-        to which step), no attempt is spent; its waits and children stay as they are, and a
-        claim of code that matches goes on from its history, a cancel or a deadline passed
-        included. A canceled run with nothing left to undo simply ends."""
-        canceled = self.collect_only or (stop is not None and stop.status == "canceled")
-        if canceled and not self.history.undos_left():
-            await self._finish("canceled")
-            return
-        await self.log.write_in_flight()
-        holds = (self.row.get("holds") or 0) + 1
-        delay = hold_delay(holds)
-        described = describe(error) | {
-            "message": f"{message(error)} The run is held, not failed: it is claimed again "
-                       f"in {delay:g}s (hold {holds} in a row) and goes on once the deployed "
-                       "code matches its history; `durably cancel` ends it.",
-            "holds": holds, "retry_in_s": delay,
-        }  # fmt: skip
-        if isinstance(error, NonDeterminismError):
-            described |= {"position": error.position, "expected": error.expected,
-                          "found": error.found}  # fmt: skip
-        log.warning("run %s held (hold %d in a row, claimed again in %gs): %s", self.run_id,
-                    holds, delay, message(error))  # fmt: skip
-        self.tasks.concluded = True
-        available = await self.store.hold(self.lease, described, delay)
-        self.on_park((available - self.now()).total_seconds())
-
-    async def _compensate(self) -> None:
-        """Run each completed step's undo once, newest first (durably: recorded steps).
-        Every step record still in flight is made durable first: a step that completed is
-        undone, even when its record's own write is late or failed. A `compensate()` still
-        undoing is waited for (see `_undoing`): its steps are taken."""
-        await self.tasks.quiesce(fold=True)
-        await self.log.write_in_flight()
-        for cmd in self.undos.take():
-            await run_compensation(self, cmd)
-
-    async def _finish(
-        self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None
-    ) -> None:
-        self.tasks.concluded = True
-        children = any(cmd.kind == "child" for cmd in self.commands.values())
-        records = self.log.in_flight()
-        if children:  # its children end with it, in one transaction of its own
-            ended = await self.store.ends.finish_run(
-                self.lease, status, output_json, error, children, records
-            )
-        else:
-            end = RunEnd(self.lease, status, output_json, error, records)
-            ended = await self.recorder.finish(end) or await self.store.ends.end_refused(self.lease)
-        if ended:
-            return
-        # Canceled while it ended: the cancel wins; undo what completed.
-        log.warning("run %s was canceled as it ended %s", self.run_id, status)
-        await self._compensate()
-        await self.store.ends.finish_run(self.lease, "canceled", None, None, children)
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow
@@ -656,10 +518,3 @@ class Execution:
         driver.args = (ctx, value) if wf.takes_input else (ctx,)
         self._sync = driver
         return await driver.main()
-
-
-def _cancelled_issuer(cmd: Command) -> bool:
-    """The task that issued `cmd` was cancelled (a `wait_first` loser): what it held is let
-    go of on purpose, as its own awaited futures are (as it unwinds, or later)."""
-    task = cmd.issuer
-    return task is not None and (task.cancelling() > 0 or task.cancelled())
