@@ -9,7 +9,7 @@ next `seq` of the run's log and reaches the workflow in that order (`runlog`). W
 on time while other bodies work (`livewaits`); when everything left waits (a sleep, a
 signal, a child, a retry back-off) the run parks, and the next claim replays from the
 start. How the claim ends (parked, let go, held, retried, failed, canceled, completed) is
-`ending`'s; which completed steps are undone, `undos`'s.
+`ending`'s; its limits, `budget`'s; which completed steps are undone, `undos`'s.
 
 The engine's own failures never reach workflow code: a lost lease, a failed engine write,
 a shutdown or a cancel stop the execution (nothing more of the workflow runs), and a
@@ -31,16 +31,13 @@ from typing import TYPE_CHECKING, Any
 from ..backends import Row
 from ..core import telemetry as _telemetry
 from ..core.clock import Clock
-from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode
+from ..core.codec import DEFAULT_MAX_HISTORY, decode
 from ..core.errors import (
     BaseFailure,
     DatabaseUnavailable,
     DeadlineExceeded,
-    DurablyError,
     LeaseLostError,
     NonDeterminismError,
-    PayloadTooLarge,
-    StepLimitExceeded,
     WorkflowMisuseError,
     describe,
 )
@@ -61,6 +58,7 @@ from ..workflow.context import WorkflowContext
 from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
 from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
+from .budget import Budget
 from .ending import Ending
 from .kinds import run_lifecycle
 from .lifecycles import CommandTasks
@@ -105,11 +103,6 @@ class Execution:
         self.clock = clock
         self.threads = threads
         self.max_payload = max_payload
-        self.max_step_attempts = max_step_attempts
-        self.max_history_bytes = max_history_bytes
-        # The history's size as claimed, and what this claim encoded to record since (a
-        # signal's data is counted by the next claim's read).
-        self.history_bytes = len(row["history"] or "")
         self.heartbeat = heartbeat
         self._db_now: datetime = row["db_now"]
         self.lease_s = (row["lease_expires_at"] - self._db_now).total_seconds()  # as claimed
@@ -133,6 +126,10 @@ class Execution:
         # Its collaborators, each with its own state.
         self._changed = asyncio.Event()  # the drive looks again
         self.log = RunLog(self.history.max_seq, self.lease, store, recorder, self, self._changed)
+        self.budget = Budget(
+            self.run_id, self.history, len(row["history"] or ""), max_payload,
+            max_step_attempts, max_history_bytes, self.poison,
+        )  # fmt: skip
         self.undos = Undos(self.history)
         self.tasks = CommandTasks(
             self, self.run_id, self.commands, self.log, self._changed,
@@ -171,40 +168,10 @@ class Execution:
         return self._db_now + timedelta(seconds=self.clock.monotonic() - self._mono_at_claim)
 
     def encode(self, value: Any, what: str, history: bool = True) -> str:
-        """`value` as JSON to record (counted in the run's history, unless `history` is
-        False)."""
-        text = encode(value, what, self.max_payload)
-        if history:
-            self.history_bytes += len(text)
-        return text
+        return self.budget.encode(value, what, history)
 
     def new_attempt(self, position: int, spend: bool = True) -> int:
-        """The number of the next attempt at `position`, counted against the run's limit
-        (compensations are not: a run at its limit must still undo)."""
-        if spend:
-            self.spend_attempt()
-        attempt = self.history.next_attempt(position)
-        self.history.took_attempt(position, attempt)
-        return attempt
-
-    def spend_attempt(self) -> None:
-        """Count one more step attempt against the run's limits: of attempts, and of its
-        history's size (every claim reads the history whole)."""
-        self.history.attempts += 1
-        error: DurablyError | None = None
-        if self.history.attempts > self.max_step_attempts:
-            error = StepLimitExceeded(
-                f"run {self.run_id} reached its limit of {self.max_step_attempts} step attempts"
-            )
-        elif self.history_bytes > self.max_history_bytes:
-            error = PayloadTooLarge(
-                f"run {self.run_id}'s history reached {self.history_bytes} bytes, past its "
-                f"limit of {self.max_history_bytes} (Durably(max_history_bytes=...) sets it): "
-                "return less from its steps, or continue in a child or a new run"
-            )
-        if error is not None:
-            self.poison(error)
-            raise error
+        return self.budget.new_attempt(position, spend)
 
     # --------------------------------------------------------------- issuing (workflow loop)
 
@@ -324,7 +291,7 @@ class Execution:
         self.log.marker_pending(position)
 
     def value_pending(self, cmd: Command, output_json: str) -> None:
-        self.history_bytes += len(output_json)
+        self.budget.recorded(output_json)
         attempt = self.new_attempt(cmd.position, spend=False)  # a value is no attempt
         self.log.value_pending(cmd, PendingStep(
             cmd.position, attempt, cmd.name, cmd.kind, "completed", output_json=output_json
