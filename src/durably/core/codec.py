@@ -27,7 +27,7 @@ INT_DIGITS = 4300
 _BARE = re.compile(rb"(?:^|[\[:,])-?(?:NaN|Infinity|[0-9]{%d})" % (INT_DIGITS + 1))
 # A run's history is read whole by every claim of it, as one JSON value: PostgreSQL's and
 # SQLite's limit for one value is 1 GB, and one run past it would fail the claim of every
-# run of its workflow. A run stops well before (see `Execution.spend_attempt`).
+# run of its workflow. A run stops well before (see `execution.budget`).
 DEFAULT_MAX_HISTORY = 256 * 1024 * 1024
 
 

@@ -1,6 +1,6 @@
-"""What a command's lifecycle (`steps`, `waits`, `events`, `patching`) needs of the
-execution it runs in: the claim it runs under, the run's log, and the limits. `Execution`
-is the one implementation; the lifecycles see nothing else of it."""
+"""What a command's lifecycle (`steps`, `waits`, `events`, `patching`, `compensations`)
+needs of the execution it runs in: the claim it runs under, the run's log, its undos, and
+the limits. `Execution` is the one implementation; the lifecycles see nothing else of it."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ..core.clock import Clock
+from ..core.errors import DatabaseUnavailable, LeaseLostError
 from ..store.history import History
 from ..store.records import Lease
 from ..store.store import Store
 from ..workflow.commands import Command
 from .runlog import RunLog
+from .undos import Undos
 
 
 class Claimed(Protocol):
@@ -27,12 +29,17 @@ class Claimed(Protocol):
     history: History
     threads: Executor | None  # where sync step bodies run
     heartbeat: Callable[[], Coroutine[Any, Any, None]]  # renews the lease now
-    interrupting: bool  # the engine is cancelling the run's bodies
     log: RunLog  # the run's log: outcomes take the next `seq`, reach the workflow in order
     max_payload: int
+    undos: Undos  # which completed steps are undone, each once
 
     @property
     def run_id(self) -> str: ...
+
+    @property
+    def interrupting(self) -> bool:
+        """The engine is cancelling the run's bodies."""
+        ...
 
     async def confirm_claim(self) -> None:
         """Return once the claim is durable (before a body gets the fence)."""
@@ -46,18 +53,9 @@ class Claimed(Protocol):
 
     def new_attempt(self, position: int, spend: bool = True) -> int: ...
 
-    @staticmethod
-    def is_engine_failure(exc: BaseException) -> bool: ...
-
     async def record_canceled(self, cmd: Command, attempt: int, elapsed: float) -> None: ...
 
-    def take_undos(self, through: int | None = None) -> list[Command]:
-        """The completed steps to undo now, newest first, taken (nothing else undoes them):
-        those whose results are log entries up to `through` (all: None), not taken yet by
-        a `compensate()` (live or replayed) or the run's end. An earlier claim may have run
-        some of their undos already (`run_compensation` does not run those again)."""
-        ...
 
-    def undo_failed(self, cmd: Command) -> None:
-        """`cmd`'s undo failed for good: it may be taken again (at the run's end)."""
-        ...
+def is_engine_failure(exc: BaseException) -> bool:
+    """A failure of the engine's own writes: the run is left to be claimed again."""
+    return isinstance(exc, LeaseLostError | DatabaseUnavailable)

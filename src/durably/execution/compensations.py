@@ -10,10 +10,10 @@ again; its writes rolled back with the first).
 
 An undo gets the step's result as the workflow got it (validated into its annotation).
 Undos are never interrupted by the engine (nor is a run let go, retried or ended while a
-`compensate()` undoes: `Lifecycles._undoing`), and never count against the run's limit of
+`compensate()` undoes: `CommandTasks._undoing`), and never count against the run's limit of
 attempts (a run at its limit must still undo). A failed one is retried in place on the
 step default's back-off, up to its attempts; then it is given up (logged). Which steps are
-undone, and that each is undone once, is the execution's (`Claimed.take_undos`).
+undone, and that each is undone once, is the execution's (`undos`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from ..core.errors import NonRetryableError, StepFailedError, describe
 from ..core.retry import STEP_DEFAULT
 from ..store.records import PendingStep
 from ..workflow.commands import Body, Command, Compensate, signature
-from .claimed import Claimed
+from .claimed import Claimed, is_engine_failure
 from .steps import _begin, _contained_call, _invoke
 
 log = logging.getLogger("durably.worker")
@@ -42,12 +42,12 @@ async def run_compensate_now(x: Claimed, cmd: Command, spec: Compensate) -> None
     not complete; the record names them all."""
     undone: list[str] = []
     failure: tuple[Command, dict[str, Any], int] | None = None
-    for done in x.take_undos(spec.through):
+    for done in x.undos.take(spec.through):
         error = await run_compensation(x, done)
         if error is None:
             undone.append(done.name)
             continue
-        x.undo_failed(done)
+        x.undos.failed(done)
         if failure is None:
             failure = (done, error, x.history.failures(-done.position - 1))
     attempt = x.new_attempt(cmd.position, spend=False)
@@ -101,7 +101,7 @@ async def run_compensation(x: Claimed, cmd: Command) -> dict[str, Any] | None:
                 raise RuntimeError(f"CancelledError: {cancel}") from cancel
         except Exception as exc:
             await start.settle()
-            if x.is_engine_failure(exc):  # a lost lease: nothing of the undo committed
+            if is_engine_failure(exc):  # a lost lease: nothing of the undo committed
                 raise
             error = describe(exc)
             x.history.failed(pos)

@@ -1,24 +1,27 @@
-"""Executing one claimed run: replay the log, run new steps, park, finish, compensate.
+"""Executing one claimed run: replay the log, run new steps, park or end.
 
-Workflow code runs on a `WorkflowLoop` of its own (see `_loop`). The execution first
+Workflow code runs on a `WorkflowLoop` of its own (see `loop`). The execution first
 replays: it hands the recorded results back one at a time, in log order, running the
 workflow until it blocks after each, so every branch sees what it saw the first time. Then
 it goes live: commands the workflow issued and history has not resolved get their
-lifecycles (`kinds`) on the worker's loop; each result takes the next `seq`
-of the run's log and reaches the workflow in that order (`_runlog`). Waits fire on time
-while other bodies work (`_livewaits`); when everything left waits (a sleep, a signal, a
-child, a retry back-off) the run parks, and the next claim replays from the start.
+lifecycles (`kinds`) as tasks on the worker's loop (`lifecycles`); each result takes the
+next `seq` of the run's log and reaches the workflow in that order (`runlog`). Waits fire
+on time while other bodies work (`livewaits`); when everything left waits (a sleep, a
+signal, a child, a retry back-off) the run parks, and the next claim replays from the
+start. How the claim ends (parked, let go, held, retried, failed, canceled, completed) is
+`ending`'s; its limits, `budget`'s; which completed steps are undone, `undos`'s.
 
 The engine's own failures never reach workflow code: a lost lease, a failed engine write,
 a shutdown or a cancel stop the execution (nothing more of the workflow runs), and a
 non-deterministic or misused workflow is poisoned (it is never driven again). A misused one
-fails; one whose replay does not match its history (a deploy mistake) is held (`_hold`).
+fails; one whose replay does not match its history (a deploy mistake) is held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
@@ -28,56 +31,49 @@ from typing import TYPE_CHECKING, Any
 from ..backends import Row
 from ..core import telemetry as _telemetry
 from ..core.clock import Clock
-from ..core.codec import DEFAULT_MAX_HISTORY, decode, encode
+from ..core.codec import DEFAULT_MAX_HISTORY, decode
 from ..core.errors import (
     BaseFailure,
     DatabaseUnavailable,
     DeadlineExceeded,
-    DurablyError,
-    InvalidInput,
     LeaseLostError,
     NonDeterminismError,
-    PayloadTooLarge,
-    StepLimitExceeded,
     WorkflowMisuseError,
     describe,
-    is_misuse,
-    message,
 )
 from ..store.confirm import ClaimConfirmation
-from ..store.history import History, Recorded
+from ..store.history import History
 from ..store.recorder import StepRecorder
-from ..store.records import Lease, PendingStep, RunEnd
+from ..store.records import Lease, PendingStep
 from ..store.store import Store
-from ..workflow.commands import Command, error_for, never_awaited, recorded_value, typed
+from ..workflow.commands import (
+    Command,
+    cancelled_issuer,
+    error_for,
+    never_awaited,
+    recorded_value,
+    typed,
+)
 from ..workflow.context import WorkflowContext
 from ..workflow.steps import StepApi
 from ..workflow.syncflow import SyncDriver
 from ..workflow.syncsteps import SyncStepApi, SyncWorkflowContext
-from .claimed import Claimed
-from .compensations import run_compensation
-from .lifecycles import Lifecycles
+from .budget import Budget
+from .ending import Ending
+from .kinds import run_lifecycle
+from .lifecycles import CommandTasks
 from .livewaits import LiveWaits
 from .loop import WorkflowLoop
 from .runlog import Outcome, RunLog, Stop
+from .undos import Undos
 
 if TYPE_CHECKING:
     from ..workflow.definition import Definition
 
 log = logging.getLogger("durably.worker")
 
-# A held run is claimed again after HOLD_FIRST_S, doubled at each hold in a row, at most
-# HOLD_MAX_S: code that matches its history, once deployed, takes it within that.
-HOLD_FIRST_S = 1.0
-HOLD_MAX_S = 300.0
 
-
-def hold_delay(holds: int) -> float:
-    """The back-off after the `holds`-th hold in a row (1, 2, 4 ... 300 s)."""
-    return min(HOLD_FIRST_S * 2.0 ** min(holds - 1, 30), HOLD_MAX_S)
-
-
-class Execution(LiveWaits, Lifecycles):
+class Execution:
     """One claim of one run, from replay to park or finish."""
 
     def __init__(
@@ -97,6 +93,7 @@ class Execution(LiveWaits, Lifecycles):
         max_history_bytes: int = DEFAULT_MAX_HISTORY,
         hold_mismatches: bool = True,
     ) -> None:
+        # The claim, as the lifecycles of its commands see it (`Claimed`).
         self.store = store
         self._confirm = confirm
         self.workflow = workflow
@@ -106,48 +103,59 @@ class Execution(LiveWaits, Lifecycles):
         self.clock = clock
         self.threads = threads
         self.max_payload = max_payload
-        self.max_step_attempts = max_step_attempts
-        self.max_history_bytes = max_history_bytes
-        # The history's size as claimed, and what this claim encoded to record since (a
-        # signal's data is counted by the next claim's read).
-        self.history_bytes = len(row["history"] or "")
-        self.recorder = recorder
-        self.on_park = on_park
         self.heartbeat = heartbeat
         self._db_now: datetime = row["db_now"]
         self.lease_s = (row["lease_expires_at"] - self._db_now).total_seconds()  # as claimed
         self._mono_at_claim = clock.monotonic()
-        self.loop = WorkflowLoop(self.poison)  # type: ignore[abstract]  # I/O is refused
+        # The workflow's side: its loop, what it issued, what it received.
+        self.loop = WorkflowLoop(self.poison)  # I/O is refused
         self.commands: dict[int, Command] = {}
         self._position = 0
-        self._to_start: list[Command] = []
-        self._active: dict[asyncio.Task[None], Command] = {}
-        self.concluded = False
-        self.interrupting = False  # bodies are being cancelled by the engine
-        self._changed = asyncio.Event()  # the drive looks again
-        self.log = RunLog(self.history.max_seq, self.lease, store, recorder, self, self._changed)
         self.replaying = True
-        self.collect_only = bool(row["compensating"])
-        self.fatal: BaseException | None = None
-        # The replay check's (not the user's), or the stored input no longer fitting the
-        # code's model under a run that has history: a deploy mistake, held (see `_hold`).
-        self.mismatch: BaseException | None = None
-        self.hold_mismatches = hold_mismatches  # else a mismatch fails the run
-        self._drop_error: BaseException | None = None  # the fatal a dropped step made
-        self.stop: Stop | None = None
-        self.compensations: list[tuple[int, Command]] = []
-        self._taken: set[int] = set()  # positions a compensate() or the end took to undo
         self._replayed_seq = 0  # the log entry replay handed back last
-        self._home: asyncio.AbstractEventLoop | None = None
+        self.collect_only = bool(row["compensating"])  # the claim only undoes
         self.steps = StepApi(self)
         self._sync: SyncDriver | None = None
+        # Why it stops, if it does (`Driven`).
+        self.stop: Stop | None = None
+        self.fatal: BaseException | None = None
+        # The replay check's (not the user's), or the stored input no longer fitting the
+        # code's model under a run that has history: a deploy mistake, held (see `ending`).
+        self.mismatch: BaseException | None = None
+        self._drop_error: BaseException | None = None  # the fatal a dropped step made
+        # Its collaborators, each with its own state.
+        self._changed = asyncio.Event()  # the drive looks again
+        self.log = RunLog(self.history.max_seq, self.lease, store, recorder, self, self._changed)
+        self.budget = Budget(
+            self.run_id, self.history, len(row["history"] or ""), max_payload,
+            max_step_attempts, max_history_bytes, self.poison,
+        )  # fmt: skip
+        self.undos = Undos(self.history)
+        self.tasks = CommandTasks(
+            self, self.run_id, self.commands, self.log, self._changed,
+            functools.partial(run_lifecycle, self), self._arm,
+        )  # fmt: skip
+        self.waits = LiveWaits(
+            self, self.tasks, self.commands, store.givebacks, self.lease, self.log, self.now,
+            self._changed, self.collect_only,
+        )  # fmt: skip
+        self.ending = Ending(
+            self, self.tasks, self.commands, row, workflow.retry, recorder, on_park,
+            self.collect_only, hold_mismatches,
+        )  # fmt: skip
 
     @property
     def run_id(self) -> str:
         return self.lease.run_id
 
-    def _claimed(self) -> Claimed:
-        return self
+    @property
+    def interrupting(self) -> bool:
+        return self.tasks.interrupting
+
+    @property
+    def concluded(self) -> bool:
+        """It parked, or its end is being written (nothing more is started or taken up)."""
+        return self.tasks.concluded
 
     async def confirm_claim(self) -> None:
         """Return once this run's claim is durable (before its fence reaches a body; see
@@ -160,40 +168,10 @@ class Execution(LiveWaits, Lifecycles):
         return self._db_now + timedelta(seconds=self.clock.monotonic() - self._mono_at_claim)
 
     def encode(self, value: Any, what: str, history: bool = True) -> str:
-        """`value` as JSON to record (counted in the run's history, unless `history` is
-        False)."""
-        text = encode(value, what, self.max_payload)
-        if history:
-            self.history_bytes += len(text)
-        return text
+        return self.budget.encode(value, what, history)
 
     def new_attempt(self, position: int, spend: bool = True) -> int:
-        """The number of the next attempt at `position`, counted against the run's limit
-        (compensations are not: a run at its limit must still undo)."""
-        if spend:
-            self.spend_attempt()
-        attempt = self.history.next_attempt(position)
-        self.history.took_attempt(position, attempt)
-        return attempt
-
-    def spend_attempt(self) -> None:
-        """Count one more step attempt against the run's limits: of attempts, and of its
-        history's size (every claim reads the history whole)."""
-        self.history.attempts += 1
-        error: DurablyError | None = None
-        if self.history.attempts > self.max_step_attempts:
-            error = StepLimitExceeded(
-                f"run {self.run_id} reached its limit of {self.max_step_attempts} step attempts"
-            )
-        elif self.history_bytes > self.max_history_bytes:
-            error = PayloadTooLarge(
-                f"run {self.run_id}'s history reached {self.history_bytes} bytes, past its "
-                f"limit of {self.max_history_bytes} (Durably(max_history_bytes=...) sets it): "
-                "return less from its steps, or continue in a child or a new run"
-            )
-        if error is not None:
-            self.poison(error)
-            raise error
+        return self.budget.new_attempt(position, spend)
 
     # --------------------------------------------------------------- issuing (workflow loop)
 
@@ -213,8 +191,9 @@ class Execution(LiveWaits, Lifecycles):
                 f"ctx.step.{kind.replace('-', '_')}({name!r}) was called outside the "
                 "workflow's code (from inside a step body?); step bodies cannot run steps"
             )
-            if running is None and self._home is not None:  # a sync body's thread
-                self._home.call_soon_threadsafe(self.poison, error)
+            home = self.tasks.home
+            if running is None and home is not None:  # a sync body's thread
+                home.call_soon_threadsafe(self.poison, error)
             else:
                 self.poison(error)
             raise error
@@ -229,10 +208,10 @@ class Execution(LiveWaits, Lifecycles):
         cmd.gate = self.log.delivered
         cmd.dropped = self._dropped
         cmd.issuer = asyncio.current_task(self.loop)
-        cmd.future.add_done_callback(lambda future: self._awaited_no_more(cmd, future))
+        cmd.future.add_done_callback(lambda future: self.waits.awaited_no_more(cmd, future))
         self.commands[cmd.position] = cmd
         if rec is None or not rec.resolves:
-            self._to_start.append(cmd)
+            self.tasks.queue(cmd)
         return cmd
 
     def _dropped(self, cmd: Command) -> None:
@@ -240,9 +219,9 @@ class Execution(LiveWaits, Lifecycles):
         poisoned at once, so its next step call raises and nothing it issued starts (the
         same place live and on replay: the code decides it). Let go of later, outside the
         workflow's pass (the run parked, or ended), it is not a mistake of the code's."""
-        if not self.loop.is_running() or self.concluded:
+        if not self.loop.is_running() or self.tasks.concluded:
             return
-        if _cancelled_issuer(cmd):
+        if cancelled_issuer(cmd):
             return
         self._drop_error = never_awaited(cmd)
         self.poison(self._drop_error)
@@ -267,6 +246,14 @@ class Execution(LiveWaits, Lifecycles):
     def stopped(self) -> bool:
         return self.fatal is not None or self.stop is not None
 
+    def halt(self, stop: Stop) -> None:
+        """Stop driving the workflow and interrupt every step body in flight."""
+        if stop.replaces(self.stop):
+            self.stop = stop
+        self.tasks.interrupt_bodies()
+        self.log.wake_gated()
+        self._changed.set()
+
     def receive(self, cmd: Command, outcome: Outcome) -> bool:
         """Hand one result to the workflow and run it until it blocks again; False if the
         workflow stopped awaiting it (a `wait_first` loser) and will never receive it."""
@@ -288,13 +275,23 @@ class Execution(LiveWaits, Lifecycles):
         return received
 
     def compensable(self, seq: int, cmd: Command) -> None:
-        self.compensations.append((seq, cmd))
+        self.undos.add(seq, cmd)
+
+    def _arm(self, cmd: Command) -> None:
+        self.waits.arm(cmd)  # (made after the tasks, which call this)
+
+    def give_back(self, cmd: Command, seq: int) -> None:
+        self.waits.give_back(cmd, seq)
+
+    def poke(self) -> None:
+        """Something may have arrived for this run (a signal, a child's end): look again."""
+        self.waits.poke()
 
     def marker_pending(self, position: int) -> None:
         self.log.marker_pending(position)
 
     def value_pending(self, cmd: Command, output_json: str) -> None:
-        self.history_bytes += len(output_json)
+        self.budget.recorded(output_json)
         attempt = self.new_attempt(cmd.position, spend=False)  # a value is no attempt
         self.log.value_pending(cmd, PendingStep(
             cmd.position, attempt, cmd.name, cmd.kind, "completed", output_json=output_json
@@ -311,7 +308,7 @@ class Execution(LiveWaits, Lifecycles):
 
     async def execute(self) -> None:
         """Run the claim to its end: park, retry, finish, or let go."""
-        self._home = asyncio.get_running_loop()
+        self.tasks.home = asyncio.get_running_loop()
         try:
             with _telemetry.run_span(self.row):
                 await self._execute()
@@ -331,15 +328,13 @@ class Execution(LiveWaits, Lifecycles):
             with contextlib.suppress(Exception):
                 await self.store.ends.finish_run(self.lease, "failed", None, describe(exc))
         finally:
-            self.concluded = True
+            self.tasks.concluded = True
             if self._confirm is not None:  # a confirmation asked again renews it no more
                 self._confirm.forget(self.run_id)
-            self.interrupt_bodies()
-            for cmd in self.commands.values():  # a parked run holds no timer (nor memory)
-                if cmd.timer is not None:
-                    cmd.timer.cancel()
+            self.tasks.interrupt_bodies()
+            self.waits.cancel_timers()
             try:
-                await self._end_lifecycles()
+                await self.tasks.end()
             finally:  # even if cancelled again: no workflow thread is left waiting
                 self.loop.close()
                 if self._sync is not None:  # a sync workflow's thread on a step unwinds
@@ -374,8 +369,8 @@ class Execution(LiveWaits, Lifecycles):
         self.replaying = False
         while not (self.collect_only or self.fatal or self.stop or main.done()):
             self._start_issued()
-            if not (self._active or self.log.undelivered() or self._to_start):
-                if await self._park():
+            if self.tasks.idle() and not self.log.undelivered():
+                if await self.ending.park():
                     return None
                 self.poison(WorkflowMisuseError(
                     "the workflow is blocked on something that is not a durable step "
@@ -388,6 +383,14 @@ class Execution(LiveWaits, Lifecycles):
         self._start_issued()  # what the workflow issued as it returned (a child to start)
         return main
 
+    def _start_issued(self) -> None:
+        if self.replaying or self.collect_only or self.fatal or self.stop:
+            return
+        # Values the pass read join the records it followed, still waiting for their
+        # statement: now, before the recorder's turn sends them (`RunLog.send_values`).
+        self.log.send_values()
+        self.tasks.start_queued()
+
     def _replay(self) -> None:
         """Hand back the recorded results in log order, one at a time."""
         for rec in self.history.log:
@@ -398,7 +401,7 @@ class Execution(LiveWaits, Lifecycles):
                 cmd = self.commands.get(rec.position)
                 if cmd is not None:
                     cmd.recorded = None
-                    self._to_start.append(cmd)
+                    self.tasks.queue(cmd)
                 continue
             cmd = self.commands.get(rec.position)
             if cmd is None:
@@ -409,65 +412,24 @@ class Execution(LiveWaits, Lifecycles):
             value = recorded_value(rec)
             self._replayed_seq = rec.seq or 0
             if rec.kind == "compensate":
-                self._took(cmd, rec)
+                self.undos.took(cmd, rec)
             if rec.completed:
                 if cmd.compensate is not None:
                     cmd.value = value
-                    self.compensations.append((rec.seq or 0, cmd))
+                    self.undos.add(rec.seq or 0, cmd)
                 received = self.receive(cmd, Outcome(value=value))
                 if not received and rec.kind == "signal-wait" and rec.delivered:
                     self.give_back(cmd, rec.seq or 0)  # the claim that recorded it did not
             else:
                 self.receive(cmd, Outcome(error=error_for(rec)))
 
-    async def _park(self) -> bool:
-        """Everything left waits: park the run until the earliest wake-up. False: nothing waits."""
-        parked = [c for c in self.commands.values()
-                  if c.wait is not None and not c.settled and not c.abandoned]  # fmt: skip
-        waits = [c.wait for c in parked if c.wait is not None]
-        if not waits:
-            return False
-        # The children whose end wakes the run: those its code awaits. One it only started
-        # (a handle not awaited yet) is read again by the claim that reaches its await.
-        children = [c.wait.ended_by for c in parked if c.blocking and c.wait and c.wait.ended_by]
-        self.concluded = True
-        wakes = [w.wake_at for w in waits if w.wake_at is not None]
-        wake_at = min(wakes) if wakes else None
-        status = "pending" if all(w.retry for w in waits) else "waiting"
-        label = ", ".join(dict.fromkeys(w.label for w in waits))[:500]
-        available = await self.store.park(self.lease, status, wake_at, label, children)
-        if available is not None:
-            self.on_park((available - self.now()).total_seconds())
-        return True
-
     async def _conclude(self, main: asyncio.Task[Any] | None) -> None:
         stop = self.stop
         ends_well = (stop is None and self.fatal is None and main is not None and main.done()
                      and not main.cancelled() and main.exception() is None)  # fmt: skip
-        await self._quiesce(fold=ends_well)
-        if stop is not None and stop.status is None:  # let go: someone else continues
-            log.warning("run %s: %s; it is left to be claimed again", self.run_id, stop)
-            if stop.release:
-                with contextlib.suppress(Exception):
-                    await self.store.release(self.lease)
-            return
-        if self.mismatch is not None and self.hold_mismatches:
-            await self._hold(self.mismatch, stop)
-            return
-        if main is None and stop is None:  # parked
-            return
-        if self.collect_only or (stop is not None and stop.status == "canceled"):
-            await self._compensate()
-            await self._finish("canceled")  # keeps the error the cancel stored
-            return
-        if stop is not None:
-            await self._fail(stop.error, retry=False)
-            return
-        if self.fatal is not None and not self._own_error(main):
-            await self._fail(self.fatal, retry=False)
-            return
-        assert main is not None
-        await self._ended(main)
+        await self.tasks.quiesce(fold=ends_well)
+        fatal = None if self._own_error(main) else self.fatal
+        await self.ending.conclude(main, stop, self.mismatch, fatal)
 
     def _own_error(self, main: asyncio.Task[Any] | None) -> bool:
         """The workflow failed with an error of its own, which dropped a step as it
@@ -479,126 +441,6 @@ class Execution(LiveWaits, Lifecycles):
             return False
         error = main.exception()
         return error is not None and error is not self.fatal
-
-    async def _ended(self, main: asyncio.Task[Any]) -> None:
-        if main.cancelled():
-            await self._fail(WorkflowMisuseError("the workflow's task was cancelled"), retry=False)
-            return
-        error = main.exception()
-        if error is not None:
-            # A misuse, or a value refused (signal data that does not fit its type), is
-            # refused again by every attempt, which replays it: the run fails for good.
-            await self._fail(error, retry=not is_misuse(error))
-            return
-        forgotten = [c for c in self.commands.values()
-                     if not c.awaited and not _cancelled_issuer(c)]  # fmt: skip
-        if forgotten:  # returned (not dropped) or kept to the end, never awaited
-            await self._fail(never_awaited(forgotten[0]), retry=False)
-            return
-        try:
-            out = self.encode(main.result(), "the workflow's result", history=False)
-        except InvalidInput as exc:
-            await self._fail(exc, retry=False)
-            return
-        await self._finish("completed", output_json=out)
-
-    async def _fail(self, error: BaseException, retry: bool) -> None:
-        await self._quiesce()
-        described = describe(error)  # once: its message is the user's code
-        attempts = self.row["attempts"]
-        if retry and attempts < self.row["max_attempts"]:
-            # Its waits end with it, in the retry's transaction (see `RunEnds.retry_run`).
-            delay = self.workflow.retry.delay(attempts).total_seconds()
-            log.warning("run %s: attempt %d failed (%s: %s); retrying in %gs", self.run_id,
-                        attempts, described["type"], described["message"], delay)  # fmt: skip
-            self.concluded = True
-            resumes = decode(self.row.get("resumes")) or ()
-            await self.store.ends.retry_run(self.lease, described, delay, resumes)
-            self.on_park(delay)
-            return
-        log.warning("run %s failed: %s: %s", self.run_id, described["type"], described["message"])
-        await self._compensate()
-        await self._finish("failed", error=described)
-
-    async def _hold(self, error: BaseException, stop: Stop | None) -> None:
-        """The code does not match the run's history (a deploy mistake, SPEC §4.2): the
-        run is held, not failed. Nothing is undone (the code cannot say which undo belongs
-        to which step), no attempt is spent; its waits and children stay as they are, and a
-        claim of code that matches goes on from its history, a cancel or a deadline passed
-        included. A canceled run with nothing left to undo simply ends."""
-        canceled = self.collect_only or (stop is not None and stop.status == "canceled")
-        if canceled and not self.history.undos_left():
-            await self._finish("canceled")
-            return
-        await self.log.write_in_flight()
-        holds = (self.row.get("holds") or 0) + 1
-        delay = hold_delay(holds)
-        described = describe(error) | {
-            "message": f"{message(error)} The run is held, not failed: it is claimed again "
-                       f"in {delay:g}s (hold {holds} in a row) and goes on once the deployed "
-                       "code matches its history; `durably cancel` ends it.",
-            "holds": holds, "retry_in_s": delay,
-        }  # fmt: skip
-        if isinstance(error, NonDeterminismError):
-            described |= {"position": error.position, "expected": error.expected,
-                          "found": error.found}  # fmt: skip
-        log.warning("run %s held (hold %d in a row, claimed again in %gs): %s", self.run_id,
-                    holds, delay, message(error))  # fmt: skip
-        self.concluded = True
-        available = await self.store.hold(self.lease, described, delay)
-        self.on_park((available - self.now()).total_seconds())
-
-    async def _compensate(self) -> None:
-        """Run each completed step's undo once, newest first (durably: recorded steps).
-        Every step record still in flight is made durable first: a step that completed is
-        undone, even when its record's own write is late or failed. A `compensate()` still
-        undoing is waited for (see `_undoing`): its steps are taken."""
-        await self._quiesce(fold=True)
-        await self.log.write_in_flight()
-        for cmd in self.take_undos():
-            await run_compensation(self, cmd)
-
-    def take_undos(self, through: int | None = None) -> list[Command]:
-        newest = sorted(self.compensations, key=lambda c: c[0], reverse=True)
-        todo = list(dict.fromkeys(
-            cmd for seq, cmd in newest
-            if (through is None or seq <= through) and cmd.position not in self._taken
-        ))  # fmt: skip
-        self._taken.update(cmd.position for cmd in todo)
-        return todo
-
-    def undo_failed(self, cmd: Command) -> None:
-        self._taken.discard(cmd.position)
-
-    def _took(self, cmd: Command, rec: Recorded) -> None:
-        """A `compensate()` replayed from its record took what it took live (what it
-        names, then, whichever claim ran the undos): the same steps, but for those whose
-        undo failed for good (tried again at the run's end). A fork holds no undo's
-        record: what the old run's `compensate()` undid stays taken."""
-        for done in self.take_undos(cmd.spec.through):
-            undo = self.history.recorded_at(-done.position - 1)
-            if not rec.completed and undo is not None and not undo.completed:
-                self.undo_failed(done)
-
-    async def _finish(
-        self, status: str, output_json: str | None = None, error: dict[str, Any] | None = None
-    ) -> None:
-        self.concluded = True
-        children = any(cmd.kind == "child" for cmd in self.commands.values())
-        records = self.log.in_flight()
-        if children:  # its children end with it, in one transaction of its own
-            ended = await self.store.ends.finish_run(
-                self.lease, status, output_json, error, children, records
-            )
-        else:
-            end = RunEnd(self.lease, status, output_json, error, records)
-            ended = await self.recorder.finish(end) or await self.store.ends.end_refused(self.lease)
-        if ended:
-            return
-        # Canceled while it ended: the cancel wins; undo what completed.
-        log.warning("run %s was canceled as it ended %s", self.run_id, status)
-        await self._compensate()
-        await self.store.ends.finish_run(self.lease, "canceled", None, None, children)
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow
@@ -630,7 +472,7 @@ class Execution(LiveWaits, Lifecycles):
     async def _call_sync_workflow(self, value: Any) -> Any:
         """A plain `def` workflow: in a thread of its own, in lockstep (`_syncflow`)."""
         wf = self.workflow
-        home = self._home_loop()
+        home = self.tasks.home_loop()
         driver = SyncDriver(
             wf.fn, (), f"durably-workflow-{self.run_id}",
             lambda error: home.call_soon_threadsafe(self.poison, error),
@@ -643,10 +485,3 @@ class Execution(LiveWaits, Lifecycles):
         driver.args = (ctx, value) if wf.takes_input else (ctx,)
         self._sync = driver
         return await driver.main()
-
-
-def _cancelled_issuer(cmd: Command) -> bool:
-    """The task that issued `cmd` was cancelled (a `wait_first` loser): what it held is let
-    go of on purpose, as its own awaited futures are (as it unwinds, or later)."""
-    task = cmd.issuer
-    return task is not None and (task.cancelling() > 0 or task.cancelled())

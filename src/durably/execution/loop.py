@@ -9,7 +9,8 @@ completion order is data (the log), never timing. This is how Temporal's Python 
 works; durably's is smaller because its results arrive as a plain ordered list.
 
 What cannot be replayed is refused at the call: timers (`asyncio.sleep(n)`,
-`asyncio.wait_for`, `asyncio.timeout`), executors and sockets raise `WorkflowMisuseError`.
+`asyncio.wait_for`, `asyncio.timeout`), executors and other threads raise
+`WorkflowMisuseError`; I/O (sockets, pipes, subprocesses) is not implemented (`noio`).
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ import collections
 import contextvars
 import logging
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any, NoReturn, TypeVar
+from concurrent.futures import Executor
+from typing import Any, NoReturn, TypeVar, TypeVarTuple
 
 from ..core.errors import WorkflowMisuseError
+from .noio import NoIOLoop
 
 T = TypeVar("T")
+_Ts = TypeVarTuple("_Ts")
 log = logging.getLogger("durably.worker")
 
 
-class WorkflowLoop(asyncio.AbstractEventLoop):
+class WorkflowLoop(NoIOLoop):
     """A single-threaded, timer-less loop that runs only when told to."""
 
     def __init__(self, on_misuse: Callable[[WorkflowMisuseError], None]) -> None:
@@ -64,10 +68,10 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
 
     # ------------------------------------------------------------------ what asyncio uses
 
-    def call_soon(  # type: ignore[override]
+    def call_soon(
         self,
-        callback: Callable[..., object],
-        *args: Any,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         handle = asyncio.Handle(callback, args, self, context)
@@ -75,7 +79,12 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             self._ready.append(handle)
         return handle
 
-    def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
+    def call_soon_threadsafe(
+        self,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> NoReturn:
         self._refuse("scheduling from another thread")
 
     def create_future(self) -> asyncio.Future[Any]:
@@ -102,13 +111,27 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def time(self) -> float:
         self._refuse("reading the loop's clock")
 
-    def call_later(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> NoReturn:
         self._refuse("a timer (asyncio.sleep, wait_for, timeout); use ctx.step.sleep")
 
-    def call_at(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: contextvars.Context | None = None,
+    ) -> NoReturn:
         self._refuse("a timer (asyncio.sleep, wait_for, timeout); use ctx.step.sleep")
 
-    def run_in_executor(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
+    def run_in_executor(
+        self, executor: Executor | None, func: Callable[[*_Ts], T], *args: *_Ts
+    ) -> NoReturn:
         self._refuse("run_in_executor; do the work in a step (ctx.step.run)")
 
     def get_exception_handler(self) -> None:

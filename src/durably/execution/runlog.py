@@ -192,7 +192,7 @@ class RunLog:
 
     async def value_durable(self, cmd: Command) -> None:
         """Return once value `cmd` is durable (sent now if it has not gone yet: whatever it
-        depends on is durable by now, see `Lifecycles._lifecycle`)."""
+        depends on is durable by now, see `CommandTasks._lifecycle`)."""
         self.send_values()
         sent = self._sent_values.get(cmd.position)
         if sent is None:

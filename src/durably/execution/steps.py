@@ -36,7 +36,7 @@ from ..core.retry import RetryPolicy
 from ..store.records import PendingStep
 from ..workflow.commands import Body, Command, Wait
 from ..workflow.stepcontext import Fence, StepContext
-from .claimed import Claimed
+from .claimed import Claimed, is_engine_failure
 
 T = TypeVar("T")
 log = logging.getLogger("durably.worker")
@@ -170,7 +170,7 @@ async def _outcome(body: asyncio.Future[T]) -> T:
     """The body's outcome, as `await asyncio.shield(body)` gives it, at half the callbacks.
 
     The lifecycle cancelled (by the execution's end) stops waiting at once, even for a body
-    that ignores cancellation: the body is cancelled by `Execution.interrupt_bodies`, never
+    that ignores cancellation: the body is cancelled by `CommandTasks.interrupt_bodies`, never
     through this await, and its outcome is read when it ends (no "never retrieved").
     """
     waiter = asyncio.get_running_loop().create_future()
@@ -246,7 +246,7 @@ async def run_transaction(x: Claimed, cmd: Command, body: Body) -> None:
         return
     except Exception as exc:
         x.log.unreserve(seq)
-        if x.is_engine_failure(exc):
+        if is_engine_failure(exc):
             raise
         await _failed(x, cmd, attempt, exc, body.retry, x.clock.monotonic() - began)
         return

@@ -27,7 +27,7 @@ from ..workflow.commands import (
     child_error,
     child_run_id,
 )
-from .claimed import Claimed
+from .claimed import Claimed, is_engine_failure
 
 TIMED_OUT = {"type": "WorkflowTimeoutError", "message": "the parent stopped waiting"}
 SUPERSEDED = {
@@ -130,7 +130,7 @@ async def run_send_signal(x: Claimed, cmd: Command, spec: SignalSend) -> None:
         )  # fmt: skip
     except Exception as exc:
         x.log.unreserve(seq)
-        if x.is_engine_failure(exc):
+        if is_engine_failure(exc):
             raise
         # A refused send (the addressed run is finished, or unknown) fails the step.
         error = describe(exc)

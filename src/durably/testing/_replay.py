@@ -121,7 +121,7 @@ class _Replayer:
     def __init__(self, run_id: str, history: History) -> None:
         self.run_id = run_id
         self.history = history
-        self.loop = WorkflowLoop(self.poison)  # type: ignore[abstract]  # I/O is refused
+        self.loop = WorkflowLoop(self.poison)  # I/O is refused
         self.commands: dict[int, Command] = {}
         self._position = 0
         self._error: BaseException | None = None

@@ -119,6 +119,13 @@ def never_awaited(cmd: Command) -> WorkflowMisuseError:
                                "awaited: did you forget await?")  # fmt: skip
 
 
+def cancelled_issuer(cmd: Command) -> bool:
+    """The task that issued `cmd` was cancelled (a `wait_first` loser): what it held is let
+    go of on purpose, as its own awaited futures are (as it unwinds, or later)."""
+    task = cmd.issuer
+    return task is not None and (task.cancelling() > 0 or task.cancelled())
+
+
 def error_for(rec: Recorded) -> BaseException:
     """The exception a workflow receives for a step recorded as failed for good."""
     error = rec.error or {}

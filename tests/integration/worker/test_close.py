@@ -23,7 +23,9 @@ def _engine_tasks() -> list[asyncio.Task[Any]]:
     for task in asyncio.all_tasks():
         coro = task.get_coro()
         name = getattr(coro, "__qualname__", "")
-        if not task.done() and name.startswith(("Execution.", "StepRecorder.", "Worker.")):
+        if not task.done() and name.startswith(
+            ("Execution.", "CommandTasks.", "LiveWaits.", "StepRecorder.", "Worker.")
+        ):
             found.append(task)
     return found
 
