@@ -10,7 +10,7 @@ works; durably's is smaller because its results arrive as a plain ordered list.
 
 What cannot be replayed is refused at the call: timers (`asyncio.sleep(n)`,
 `asyncio.wait_for`, `asyncio.timeout`), executors and other threads raise
-`WorkflowMisuseError`; I/O (sockets, pipes, subprocesses) is not implemented (`noio`).
+`WorkflowMisuseError`, and so does I/O (sockets, pipes, subprocesses; see `noio`).
 """
 
 from __future__ import annotations
@@ -144,6 +144,9 @@ class WorkflowLoop(NoIOLoop):
 
     def default_exception_handler(self, context: dict[str, Any]) -> None:
         self.call_exception_handler(context)
+
+    def _no_io(self, what: str) -> NoReturn:
+        self._refuse(f"I/O (loop.{what}: sockets, pipes, subprocesses)")
 
     def _refuse(self, what: str) -> NoReturn:
         error = WorkflowMisuseError(

@@ -195,9 +195,21 @@ async def test_mistakes_fail_loudly_and_never_loop(db_url: str) -> None:
     async def timer(ctx: Any) -> None:
         await asyncio.sleep(1)
 
+    @app.workflow(name="network", version="v1")
+    async def network(ctx: Any) -> None:
+        try:  # caught or not, the run is failed: nothing of it could be replayed
+            await asyncio.open_connection("127.0.0.1", 9)
+        except Exception:
+            pass
+
+    @app.workflow(name="subprocess", version="v1")
+    async def subprocess(ctx: Any) -> None:
+        await asyncio.create_subprocess_exec("true")
+
     async with app, app.worker():
         runs = {wf.name: await _run(app, wf) for wf in
-                (not_json, forgot, returns_coroutine, nested, timer)}  # fmt: skip
+                (not_json, forgot, returns_coroutine, nested, timer, network,
+                 subprocess)}  # fmt: skip
     errors = {name: run.error for name, run in runs.items()}
     assert all(run.status == "failed" for run in runs.values()), errors
     assert errors["not-json"]["type"] == "InvalidInput"
@@ -207,6 +219,9 @@ async def test_mistakes_fail_loudly_and_never_loop(db_url: str) -> None:
     assert errors["nested"]["type"] == "WorkflowMisuseError"
     assert "inside a step body" in errors["nested"]["message"]
     assert errors["timer"]["type"] == "WorkflowMisuseError"
+    for name in ("network", "subprocess"):  # README: I/O is refused as misuse
+        assert errors[name]["type"] == "WorkflowMisuseError", errors[name]
+        assert "I/O" in errors[name]["message"]
     assert all(r.attempts == 1 for r in runs.values())
 
 
