@@ -5,6 +5,7 @@ mistakes fail loudly, and no failure leaves a run looping on its lease."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from durably import Durably, RetryPolicy
@@ -197,10 +198,9 @@ async def test_mistakes_fail_loudly_and_never_loop(db_url: str) -> None:
 
     @app.workflow(name="network", version="v1")
     async def network(ctx: Any) -> None:
-        try:  # caught or not, the run is failed: nothing of it could be replayed
+        # Caught or not, the run is failed: nothing of it could be replayed.
+        with contextlib.suppress(Exception):
             await asyncio.open_connection("127.0.0.1", 9)
-        except Exception:
-            pass
 
     @app.workflow(name="subprocess", version="v1")
     async def subprocess(ctx: Any) -> None:
