@@ -3,7 +3,8 @@
 - latency: one workflow writes `--n` values with `ctx.step.write_stream`, a paced step
   (`--gap-ms`) between each two, so that the reader waits for every one; each sample is
   the time from the write call (the commit is in it) to the reader's yield, in one
-  process (one clock). The write's own time (its commit) is reported beside it.
+  process (one clock); beside it the write's own time (its commit), and the time from
+  the write's return to the yield.
 - throughput: one workflow writes `--runs` values back to back; values/s from the first
   write to the reader's last yield.
 The reader is a second app (its own pool and listening connection), as a client is.
@@ -64,11 +65,15 @@ async def stream(url: str, n: int, gap_ms: int, values: int) -> dict[str, Any]:
     samples = range(WARM_UP, total)
     to_yield = [(read[i] - called[i]) * 1000 for i in samples]
     commit = [(written[i] - called[i]) * 1000 for i in samples]
+    # From the writer's return (its commit acknowledged) to the yield: the NOTIFY and the
+    # reader's query; below 0 where the reader was quicker than the writer's workflow.
+    after = [(read[i] - written[i]) * 1000 for i in samples]
     _, _, _, span = await _follow(url, values, 0)
     return {
         "system": "durably", "mode": "stream", "n": n, "gap_ms": gap_ms,
         "write_to_yield_ms": {**stats(to_yield), "p99": _p99(to_yield)},
         "write_commit_ms": {**stats(commit), "p99": _p99(commit)},
+        "commit_to_yield_ms": {**stats(after), "p99": _p99(after)},
         "values": values, "values_per_s": round(values / span, 1),
     }  # fmt: skip
 

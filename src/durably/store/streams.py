@@ -14,7 +14,7 @@ readers stop at either. Its rows go with the run (ON DELETE CASCADE), retention 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from ..backends import Tx
 from ..core.codec import decode, encode
@@ -50,6 +50,9 @@ class Streams:
         value_json: str,
     ) -> int:  # fmt: skip
         """Append a workflow's value and record its step (output: the offset), at once."""
+        if self.db.dialect == "postgresql":  # one statement (see stream_write)
+            return await self._write_step_pg(lease, position, attempt, step, key, seq,
+                                             value_json)  # fmt: skip
         async with self.db.transaction() as tx:
             offset = await self._take(tx, lease, key)
             output = encode(offset, "offset")
@@ -63,6 +66,23 @@ class Streams:
             await self._put(tx, lease.run_id, key, offset, value_json)
         self.db.notify_local(f"stream:{lease.run_id}")
         return offset
+
+    async def _write_step_pg(
+        self, lease: Lease, position: int, attempt: int, step: str, key: str, seq: int,
+        value_json: str,
+    ) -> int:  # fmt: skip
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(
+                "stream_write", **lease.params(), position=position, attempt=attempt,
+                step=step, key=key, seq=seq, value=value_json, channel=self.store.channel,
+            )  # fmt: skip
+            if rows and rows[0]["recorded"]:
+                return int(rows[0]["offset"])
+            if rows:  # recorded before: nothing of this one may stay
+                raise LeaseLostError(f"lost the lease on run {lease.run_id}; "
+                                     f"stream {key!r} not written")  # fmt: skip
+            await self._refused(tx, lease, key)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def close_step(
         self, lease: Lease, position: int, attempt: int, step: str, key: str, seq: int
@@ -97,6 +117,10 @@ class Streams:
         )  # fmt: skip
         if rows:
             return int(rows[0]["offset"])
+        await self._refused(tx, lease, key)
+
+    async def _refused(self, tx: Tx, lease: Lease, key: str) -> NoReturn:
+        """Why a write took no offset: the stream is closed, or the lease is gone."""
         state = await tx.fetch("stream_state", run_id=lease.run_id, key=key)
         if state and state[0]["closed"]:
             raise InvalidInput(f"stream {key!r} of run {lease.run_id} is closed")

@@ -1268,3 +1268,37 @@ ORDER BY "offset" LIMIT :limit;
 -- name: stream_list
 SELECT key, next_offset AS length, closed_at IS NOT NULL AS closed FROM {schema}.streams
 WHERE run_id = :run_id ORDER BY key;
+
+-- name: stream_write
+-- A workflow's write in one statement (stream_take, stream_step and stream_put in one):
+-- nothing when the stream is closed or the lease is gone. Run in a transaction, rolled
+-- back when the step's record was there already (the offset taken is then given back).
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running') IS TRUE
+    FOR SHARE
+), taken AS (
+    INSERT INTO {schema}.streams AS s (run_id, key, next_offset)
+    SELECT :run_id, :key, 1 FROM lease
+    ON CONFLICT (run_id, key) DO UPDATE SET next_offset = s.next_offset + 1
+        WHERE s.closed_at IS NULL
+    RETURNING s.next_offset - 1 AS "offset"
+), step AS (
+    INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
+        worker_id, output, finished_at, workflow_attempt, seq)
+    SELECT :run_id, :position, :attempt, :step, 'stream', 'completed', :fence, :worker_id,
+        to_json(taken."offset"), now(), :workflow_attempt, :seq
+    FROM taken
+    ON CONFLICT (run_id, position, attempt) DO NOTHING
+    RETURNING id
+), put AS (
+    INSERT INTO {schema}.stream_values (run_id, key, "offset", value)
+    SELECT :run_id, :key, taken."offset", CAST(:value AS json) FROM taken
+    RETURNING "offset"
+), notified AS (
+    SELECT pg_notify(:channel, 'stream:' || :run_id) FROM put
+)
+SELECT put."offset", (SELECT count(*) FROM step) AS recorded,
+    (SELECT count(*) FROM notified) AS notified
+FROM put;
