@@ -8,7 +8,10 @@ neither, and a replay (which finds the record) writes nothing. A step body's wri
 lease and an open stream; a closed stream, or a run that has ended, takes no more.
 
 A stream is closed by `ctx.step.close_stream`, or by its run's end (any terminal status):
-readers stop at either. Its rows go with the run (ON DELETE CASCADE), retention included.
+readers stop at either. The end is not written into the stream: a run resumed after it
+(`app.resume`) writes on to the streams it had not closed. Offsets are dense and commit in
+order: the offset is taken on the stream's row, which stays locked until the commit. Its
+rows go with the run (ON DELETE CASCADE), retention included.
 """
 
 from __future__ import annotations
