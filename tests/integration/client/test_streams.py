@@ -180,3 +180,28 @@ def test_sync_workflows_and_the_blocking_reader(db_url: str) -> None:
     assert list(app.sync.read_stream(handle.run_id, "s")) == [0, 1, 2]
     assert list(app.sync.read_stream(handle.run_id, "s", offset=2)) == [2]
     app.sync.close()
+
+
+async def test_the_payload_limit_applies_to_each_value(db_url: str) -> None:
+    app = Durably(db_url, max_payload_bytes=1000)
+    refused: list[str] = []
+
+    def body(sctx: StepContext) -> None:
+        try:
+            sctx.write_stream("s", "x" * 2000)
+        except InvalidInput as exc:
+            refused.append(str(exc))
+
+    @app.workflow(name="big", version="v1", retry=RetryPolicy(max_attempts=1))
+    async def big(ctx: Any) -> None:
+        await ctx.step.run("body", body)
+        await ctx.step.write_stream("s", "y" * 10)
+        await ctx.step.write_stream("s", "x" * 2000)
+
+    async with app:
+        handle = await big.start()
+        async with app.worker():
+            run = await handle.wait(timeout=scaled(10))
+        assert run.status == "failed" and "stream 's'" in str(run.error)
+        assert len(refused) == 1 and "stream 's'" in refused[0]
+        assert await _collect(app, handle.run_id, "s") == ["y" * 10]
