@@ -4,10 +4,13 @@ to notice a cancel and to renew the lease), and `Fence`."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+log = logging.getLogger("durably.worker")
 
 
 class Fence(NamedTuple):
@@ -81,9 +84,17 @@ class StepContext:
         except RuntimeError:
             running = None
         if running is self._loop:
-            return self._loop.create_task(coro)
+            task = self._loop.create_task(coro)
+            task.add_done_callback(_unawaited)
+            return task
         offset = asyncio.run_coroutine_threadsafe(coro, self._loop).result()
         return _Written(offset)
+
+
+def _unawaited(task: asyncio.Task[int]) -> None:
+    """A write the body did not await, and that failed: said in the log, not lost in it."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("a stream write of a step body failed: %s", task.exception())
 
 
 class _Written:
