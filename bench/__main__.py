@@ -11,6 +11,8 @@
   queued     --concurrency C --runs N --queue-concurrency Q [--pairs P] --database URL
              throughput with the workflow on a queue (concurrency Q), alternating with the
              unqueued figure -> {"runs_per_s" (queued), "ratio" (queued/unqueued, median)}
+  stream     --n N --gap-ms G --runs V --database URL  -> {"write_to_yield_ms", "values_per_s"}
+             a waiting reader's latency (N values, G ms apart), then V values back to back
 Each call starts from an empty schema of its own (`durably_bench`). The last line printed
 is one JSON object.
 """
@@ -28,7 +30,7 @@ from . import scenarios
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument(
-        "mode", choices=["throughput", "latency", "signal", "scale", "idle", "queued"]
+        "mode", choices=["throughput", "latency", "signal", "scale", "idle", "queued", "stream"]
     )
     parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--concurrency", type=int, default=50)

@@ -253,6 +253,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return await latency(args.database, args.n, args.gap_ms, args.mode)
     if args.mode == "idle":
         return await idle(args.database, args.concurrency, args.seconds)
+    if args.mode == "stream":
+        from .streams import stream  # it imports this module
+
+        return await stream(args.database, args.n, args.gap_ms, args.runs)
     empty = await throughput(args.database, args.concurrency, args.runs)
     full = await throughput(args.database, args.concurrency, args.runs,
                             (args.finished, args.sleeping))  # fmt: skip

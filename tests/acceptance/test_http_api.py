@@ -118,6 +118,7 @@ ROUTES = [
     ("POST", "/runs/r-1/cancel", None),
     ("POST", "/runs/r-1/resume", None),
     ("GET", "/runs/r-1/events/stage", None),
+    ("GET", "/runs/r-1/streams/tokens", None),
     ("POST", "/signals", {"name": "approve:o1", "data": True}),
     ("GET", "/openapi.json", None),
 ]
@@ -312,7 +313,8 @@ def test_the_openapi_document_lists_the_routes(served: Served) -> None:
     assert doc["openapi"].startswith("3.1")
     assert set(doc["paths"]) == {f"{API}{p}" for p in (
         "/runs", "/runs/{run_id}", "/runs/{run_id}/cancel", "/runs/{run_id}/resume",
-        "/runs/{run_id}/events/{key}", "/signals", "/openapi.json")}  # fmt: skip
+        "/runs/{run_id}/events/{key}", "/runs/{run_id}/streams/{key}", "/signals",
+        "/openapi.json")}  # fmt: skip
     assert doc["components"]["securitySchemes"]["token"]["scheme"] == "bearer"
 
 

@@ -8,7 +8,7 @@ from importlib import metadata
 
 import typer
 
-from . import admin, operating, runs, serving
+from . import admin, operating, runs, serving, streams
 from ._common import CommandError, Options, report
 
 # The exceptions of the click that typer runs on (its own copy in recent versions).
@@ -51,6 +51,7 @@ admin.register(app)
 runs.register(app)
 operating.register(app)
 serving.register(app)
+streams.register(app)
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
@@ -24,11 +24,13 @@ from ..store.operations import Operations
 from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, NewRun
 from ..store.sends import check_signal_name
 from ..store.store import Store
+from ..store.streams import Streams
 from ..workflow.definition import WorkflowFn
 from ..workflow.queue import Queue
 from ..workflow.schedule import Schedule
 from .handle import RunHandle
 from .operating import Operating
+from .streams import read_stream
 from .workflow import Workflow, WorkflowDecorator
 
 if TYPE_CHECKING:
@@ -476,6 +478,26 @@ class App:
     list_stuck = _operated(Operating.list_stuck)
     queue_counts = _operated(Operating.queue_counts)
     list_tables = _operated(Operating.list_tables)
+
+    def read_stream(self, run_id: str, key: str, offset: int = 0) -> AsyncIterator[Any]:
+        """The values run `run_id` writes to its stream `key`, from `offset` on, in order:
+        those written already, then each as it is written, until the stream is closed
+        (`ctx.step.close_stream`, or the run's end). A reader that starts late loses
+        nothing. RunNotFound: no such run.
+
+        Example:
+            ```python
+            async for token in app.read_stream(run_id, "tokens"):
+                print(token, end="")
+            ```
+        """
+        return read_stream(self._operating, run_id, key, offset)
+
+    async def list_streams(self, run_id: str) -> list[dict[str, Any]]:
+        """Run `run_id`'s streams: `{"key", "length", "closed"}` each (open or closed by
+        `close_stream`; all are closed once the run has ended)."""
+        await self.open()
+        return await Streams(self.store).list_streams(run_id)
 
     # ----------------------------------------------------------------- workers
 

@@ -11,11 +11,12 @@ import atexit
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from .app import App
 from .handle import RunHandle
+from .streams import blocking_stream
 
 if TYPE_CHECKING:
     from ..store.models import Run
@@ -82,6 +83,12 @@ class SyncDurably:
     def result(self, run_id: str, timeout: float | None = None) -> Any:
         """Wait for a run to finish; its output (see `RunHandle.result`)."""
         return self.run(RunHandle(self.app, run_id).result(timeout))
+
+    def read_stream(self, run_id: str, key: str, offset: int = 0) -> Iterator[Any]:
+        """The values of run `run_id`'s stream `key`, as `Durably.read_stream`, blocking."""
+        return blocking_stream(self.run, self.app.read_stream(run_id, key, offset))
+
+    list_streams = _blocking(App.list_streams)
 
     def wait(self, run_id: str, timeout: float | None = None) -> Run:
         """Wait for a run to finish; the run (see `RunHandle.wait`)."""

@@ -12,6 +12,7 @@ from .compensations import run_compensate_now
 from .events import run_set_event
 from .patching import record_marker
 from .steps import run_function, run_transaction
+from .streams import run_stream
 from .values import record_value
 from .waits import run_child, run_send_signal, run_signal_wait, run_sleep
 
@@ -24,6 +25,7 @@ LIFECYCLES: dict[str, Lifecycle] = {
     "signal-wait": run_signal_wait,
     "signal-send": run_send_signal,
     "event": run_set_event,
+    "stream": run_stream,
     "child": run_child,
     "patch": record_marker,
     "value": record_value,

@@ -37,6 +37,7 @@ from ..store.records import PendingStep
 from ..workflow.commands import Body, Command, Wait
 from ..workflow.stepcontext import Fence, StepContext
 from .claimed import Claimed, is_engine_failure
+from .streams import body_writer
 
 T = TypeVar("T")
 log = logging.getLogger("durably.worker")
@@ -113,7 +114,7 @@ async def _invoke(
         sctx = StepContext(
             run_id=x.run_id, step=cmd.name, attempt=attempt,
             fence=Fence(x.run_id, x.lease.fence), _heartbeat=x.heartbeat,
-            _loop=asyncio.get_running_loop(),
+            _loop=asyncio.get_running_loop(), _stream=body_writer(x),
         )  # fmt: skip
         cmd.step_context = sctx
         args = (sctx, *args)

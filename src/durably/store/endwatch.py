@@ -151,7 +151,7 @@ class EndWatch:
         kind, _, run_id = message.partition(":")
         if kind in ("ended", "cancel"):  # a cancel may end the run at once
             self._wake([run_id])
-        elif kind == "event":
+        elif kind in ("event", "stream"):  # a stream's reader waits as get_event does
             for changed in self._event_waiters.get(run_id, ()):
                 changed.set()
         elif message in (LISTENING, "changed"):

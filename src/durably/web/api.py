@@ -7,11 +7,11 @@ Every route goes through the app's public client API (`Durably`), as the CLI doe
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from ..client import documents
@@ -49,9 +49,9 @@ class Api:
             Route("/runs/{run_id}/resume", self.resume, methods=["POST"]),
             Route("/runs/{run_id}/events/{key:path}", self.get_event, methods=["GET"]),
             Route("/signals", self.send_signal, methods=["POST"]),
-            # Issue 28 adds here, with the engine's streams and requests (§4.21, §4.22):
-            # `GET /runs/{run_id}/streams/{key}` (server-sent events) and
-            # `POST /runs/{run_id}/requests`; `openapi.DOCUMENT` lists them then.
+            Route("/runs/{run_id}/streams/{key:path}", self.read_stream, methods=["GET"]),
+            # Issue 28 adds here, with the engine's requests (§4.22):
+            # `POST /runs/{run_id}/requests`; `openapi.DOCUMENT` lists it then.
         ]
 
     # ------------------------------------------------------------------ runs
@@ -143,6 +143,21 @@ class Api:
             return refusal(404, f"run {run_id} has set no event {key!r}{within}")
         return Document({"run_id": run_id, "key": key, "value": events[key]})
 
+    async def read_stream(self, request: Request) -> Response:
+        """`durably stream`: the run's stream as server-sent events from `?from=N` (or
+        after a reconnecting client's `Last-Event-ID`), one `data:` JSON value each with
+        its offset as `id:`, until the stream is closed: then an `end` event."""
+        run_id, key = _run_id(request), str(request.path_params["key"])
+        offset = _whole(_query(request, ("from",)), "from", 0, least=0)
+        last = request.headers.get("last-event-id", "")
+        if last.isascii() and last.isdigit():
+            offset = int(last) + 1
+        await self.durably.get_run(run_id)  # a 404 before the stream starts
+        return StreamingResponse(
+            _events(self.durably.read_stream(run_id, key, offset), offset),
+            media_type="text/event-stream", headers={"Cache-Control": "no-store"},
+        )  # fmt: skip
+
     # ------------------------------------------------------------------ signals
 
     async def send_signal(self, request: Request) -> Response:
@@ -192,6 +207,13 @@ class Api:
             return data.decode()
         except UnicodeDecodeError:
             raise BadRequest("the request body is not UTF-8 text") from None
+
+
+async def _events(values: AsyncIterator[Any], offset: int) -> AsyncIterator[str]:
+    async for value in values:
+        yield f"id: {offset}\ndata: {documents.text(value)}\n\n"
+        offset += 1
+    yield "event: end\ndata: null\n\n"
 
 
 def _run_id(request: Request) -> str:

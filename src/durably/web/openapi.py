@@ -101,6 +101,22 @@ _PATHS: dict[str, Any] = {
                               "404": _error("no such run, or it has set no such event"),
                               **_COMMON}},
     },
+    "/api/v1/runs/{run_id}/streams/{key}": {
+        "get": {"summary": "Follow a run's stream, as server-sent events (durably stream)",
+                "operationId": "readStream",
+                "parameters": [_RUN_ID,
+                               {"name": "key", "in": "path", "required": True,
+                                "schema": {"type": "string"}},
+                               _query("from", {"type": "integer", "minimum": 0},
+                                      "the offset to start at (default 0; a Last-Event-ID "
+                                      "header starts after it)")],
+                "responses": {"200": {"description": "one event per value (`id:` its "
+                                                     "offset, `data:` its JSON), then an "
+                                                     "`end` event once the stream is closed",
+                                      "content": {"text/event-stream": {
+                                          "schema": {"type": "string"}}}},
+                              "400": _BAD, "404": _NOT_FOUND, **_COMMON}},
+    },
     "/api/v1/signals": {
         "post": {"summary": "Send a durable signal (durably signal)",
                  "operationId": "sendSignal", "requestBody": _body("SignalRequest"),
@@ -113,7 +129,7 @@ _PATHS: dict[str, Any] = {
                 "responses": {"200": {"description": "the OpenAPI document",
                                       "content": {_JSON: {}}}, **_COMMON}},
     },
-    # Issue 28: /api/v1/runs/{run_id}/streams/{key}, /api/v1/runs/{run_id}/requests.
+    # Issue 28: /api/v1/runs/{run_id}/requests.
 }  # fmt: skip
 
 _TIME = {"type": ["string", "null"], "format": "date-time"}

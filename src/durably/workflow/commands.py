@@ -1,6 +1,6 @@
 """Commands: what workflow code issues, as data. Each `ctx.step` call makes a `Command`
 of a kind ("function", "transaction", "sleep", "signal-wait", "signal-send", "event",
-"child", "patch", "compensate") with the spec of what to do (a `Body`, a `Sleep`, ...);
+"stream", "child", "patch", "compensate") with the spec of what to do (a `Body`, a `Sleep`, ...);
 the engine looks up the lifecycle of its kind (`execution.kinds`) and runs it on the
 worker's loop. The workflow awaits the command's future, which the engine resolves in log order.
 """
@@ -234,6 +234,21 @@ class SignalSend:
 @dataclass(frozen=True)
 class SetEvent:
     value_json: str
+
+
+@dataclass(frozen=True)
+class StreamWrite:
+    """`ctx.step.write_stream`: append `value_json` to the run's stream `key`."""
+
+    key: str
+    value_json: str
+
+
+@dataclass(frozen=True)
+class StreamClose:
+    """`ctx.step.close_stream`: the run's stream `key` takes no more values."""
+
+    key: str
 
 
 @dataclass(frozen=True)

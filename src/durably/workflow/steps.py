@@ -30,6 +30,8 @@ from .commands import (
     SignalWait,
     Sleep,
     StepCall,
+    StreamClose,
+    StreamWrite,
     child_run_id,
     signature,
 )
@@ -78,6 +80,7 @@ class StepApi:
 
     def __init__(self, run: Runtime) -> None:
         self._x = run
+        self._closed_streams: set[str] = set()  # closed by this run's code, so far
 
     def _issue(
         self, name: str, kind: str, spec: Any = None, *, result_type: Any = Any,
@@ -333,6 +336,27 @@ class StepApi:
         value_json = self._x.encode(value, f"the value of event {key!r}")
         return StepCall(self._issue(key, "event", SetEvent(value_json)))
 
+    # ---------------------------------------------------------------- streams
+
+    def write_stream(self, key: str, value: Any) -> StepCall[int]:
+        """Append `value` to the run's stream `key`; its offset (0, 1, ... per key).
+
+        Durable and exactly once: the value and the step's record commit together, and a
+        replay writes nothing. Clients follow it with `Durably.read_stream(run_id, key)`.
+        A closed stream takes no more (InvalidInput); every stream closes when the run ends.
+        """
+        check_stream_key(key)
+        if key in self._closed_streams:
+            raise InvalidInput(f"stream {key!r} is closed: it takes no more values")
+        value_json = self._x.encode(value, f"the value written to stream {key!r}")
+        return StepCall(self._issue(key, "stream", StreamWrite(key, value_json)))
+
+    def close_stream(self, key: str) -> StepCall[None]:
+        """Close the run's stream `key`: its readers stop once they have read all of it."""
+        check_stream_key(key)
+        self._closed_streams.add(key)
+        return StepCall(self._issue(f"close:{key}", "stream", StreamClose(key)))
+
     # ---------------------------------------------------------------- children
 
     @overload
@@ -411,6 +435,11 @@ class StepApi:
             self._x.history.child_at(cmd.position) or child_run_id(self._x.run_id, cmd.position)
         )
         return ChildHandle(child_id, StepCall(cmd), cmd)
+
+
+def check_stream_key(key: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise InvalidInput(f"a stream key is a non-empty string, not {key!r}")
 
 
 def _seconds(duration: Duration | None, what: str) -> float | None:

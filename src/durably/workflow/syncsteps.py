@@ -206,6 +206,14 @@ class SyncStepApi:
         """Publish `value` as the run's event `key` (durable; the latest value wins)."""
         self._call(lambda: self._steps.set_event(key, value), "ctx.step.set_event")
 
+    def write_stream(self, key: str, value: Any) -> int:
+        """Append `value` to the run's stream `key` (durable, exactly once); its offset."""
+        return self._call(lambda: self._steps.write_stream(key, value), "ctx.step.write_stream")
+
+    def close_stream(self, key: str) -> None:
+        """Close the run's stream `key` (every stream closes when the run ends)."""
+        self._call(lambda: self._steps.close_stream(key), "ctx.step.close_stream")
+
     @overload
     def run_workflow(
         self, workflow: Definition[None, Out], input: None = None, *,

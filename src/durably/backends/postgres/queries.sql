@@ -1195,3 +1195,110 @@ VALUES (:name, :holder, now() + :every_s * interval '1 second')
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until
 WHERE {schema}.maintenance.until <= now()
 RETURNING holder;
+
+-- ===== streams (§4.21) =====
+
+-- name: stream_take
+-- The next offset of a run's stream, for a writer that holds the run's lease; nothing when
+-- the stream is closed or the lease is gone. FOR SHARE: an end of the run (an UPDATE of its
+-- row) waits for the write, so no value commits after the run ended.
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running') IS TRUE
+    FOR SHARE
+)
+INSERT INTO {schema}.streams AS s (run_id, key, next_offset)
+SELECT :run_id, :key, 1 FROM lease
+ON CONFLICT (run_id, key) DO UPDATE SET next_offset = s.next_offset + 1
+    WHERE s.closed_at IS NULL
+RETURNING s.next_offset - 1 AS "offset";
+
+-- name: stream_put
+WITH ins AS (
+    INSERT INTO {schema}.stream_values (run_id, key, "offset", value)
+    VALUES (:run_id, :key, :offset, CAST(:value AS json))
+    RETURNING "offset"
+), notified AS (
+    SELECT pg_notify(:channel, 'stream:' || :run_id) FROM ins
+)
+SELECT ins."offset", (SELECT count(*) FROM notified) AS notified FROM ins;
+
+-- name: stream_step
+-- The step record of a workflow's write or close (kind 'stream'), in the transaction of
+-- the write itself: a kill between the two leaves neither.
+INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
+    worker_id, output, finished_at, workflow_attempt, seq)
+SELECT :run_id, :position, :attempt, :step, 'stream', 'completed', :fence, :worker_id,
+    CAST(:output AS json), now(), :workflow_attempt, :seq
+WHERE EXISTS (SELECT 1 FROM {schema}.runs
+              WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+                AND lease_expires_at > now() AND (status = 'running') IS TRUE)
+ON CONFLICT (run_id, position, attempt) DO NOTHING
+RETURNING id;
+
+-- name: stream_close
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running') IS TRUE
+    FOR SHARE
+), closed AS (
+    INSERT INTO {schema}.streams AS s (run_id, key, closed_at)
+    SELECT :run_id, :key, now() FROM lease
+    ON CONFLICT (run_id, key) DO UPDATE SET closed_at = coalesce(s.closed_at, now())
+    RETURNING s.run_id
+), notified AS (
+    SELECT pg_notify(:channel, 'stream:' || :run_id) FROM closed
+)
+SELECT closed.run_id, (SELECT count(*) FROM notified) AS notified FROM closed;
+
+-- name: stream_state
+-- Read before the values: a stream closed (or a run ended) here has all its values in
+-- the read that follows.
+SELECT r.status, s.closed_at IS NOT NULL AS closed
+FROM {schema}.runs r LEFT JOIN {schema}.streams s ON s.run_id = r.id AND s.key = :key
+WHERE r.id = :run_id;
+
+-- name: stream_read
+SELECT "offset", value::text AS value FROM {schema}.stream_values
+WHERE run_id = :run_id AND key = :key AND "offset" >= :from_offset
+ORDER BY "offset" LIMIT :limit;
+
+-- name: stream_list
+SELECT key, next_offset AS length, closed_at IS NOT NULL AS closed FROM {schema}.streams
+WHERE run_id = :run_id ORDER BY key;
+
+-- name: stream_write
+-- A workflow's write in one statement (stream_take, stream_step and stream_put in one):
+-- nothing when the stream is closed or the lease is gone. Run in a transaction, rolled
+-- back when the step's record was there already (the offset taken is then given back).
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running') IS TRUE
+    FOR SHARE
+), taken AS (
+    INSERT INTO {schema}.streams AS s (run_id, key, next_offset)
+    SELECT :run_id, :key, 1 FROM lease
+    ON CONFLICT (run_id, key) DO UPDATE SET next_offset = s.next_offset + 1
+        WHERE s.closed_at IS NULL
+    RETURNING s.next_offset - 1 AS "offset"
+), step AS (
+    INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
+        worker_id, output, finished_at, workflow_attempt, seq)
+    SELECT :run_id, :position, :attempt, :step, 'stream', 'completed', :fence, :worker_id,
+        to_json(taken."offset"), now(), :workflow_attempt, :seq
+    FROM taken
+    ON CONFLICT (run_id, position, attempt) DO NOTHING
+    RETURNING id
+), put AS (
+    INSERT INTO {schema}.stream_values (run_id, key, "offset", value)
+    SELECT :run_id, :key, taken."offset", CAST(:value AS json) FROM taken
+    RETURNING "offset"
+), notified AS (
+    SELECT pg_notify(:channel, 'stream:' || :run_id) FROM put
+)
+SELECT put."offset", (SELECT count(*) FROM step) AS recorded,
+    (SELECT count(*) FROM notified) AS notified
+FROM put;

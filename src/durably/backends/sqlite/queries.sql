@@ -900,3 +900,55 @@ VALUES (:name, :holder, now() + :every_s)
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until
 WHERE {schema}_maintenance.until <= now()
 RETURNING holder;
+
+-- ===== streams (§4.21) =====
+
+-- name: stream_take
+-- See the PostgreSQL twin; SQLite's one writer orders a write and a run's end.
+INSERT INTO {schema}_streams AS s (run_id, key, next_offset)
+SELECT :run_id, :key, 1
+WHERE EXISTS (SELECT 1 FROM {schema}_runs
+              WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+                AND lease_expires_at > now() AND status = 'running')
+ON CONFLICT (run_id, key) DO UPDATE SET next_offset = s.next_offset + 1
+    WHERE s.closed_at IS NULL
+RETURNING next_offset - 1 AS "offset";
+
+-- name: stream_put
+INSERT INTO {schema}_stream_values (run_id, key, "offset", value)
+VALUES (:run_id, :key, :offset, :value)
+RETURNING "offset", 0 AS notified;
+
+-- name: stream_step
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, fence,
+    worker_id, output, started_at, finished_at, workflow_attempt, seq)
+SELECT :run_id, :position, :attempt, :step, 'stream', 'completed', :fence, :worker_id,
+    :output, now(), now(), :workflow_attempt, :seq
+WHERE EXISTS (SELECT 1 FROM {schema}_runs
+              WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+                AND lease_expires_at > now() AND status = 'running')
+ON CONFLICT (run_id, position, attempt) DO NOTHING
+RETURNING id;
+
+-- name: stream_close
+INSERT INTO {schema}_streams AS s (run_id, key, closed_at)
+SELECT :run_id, :key, now()
+WHERE EXISTS (SELECT 1 FROM {schema}_runs
+              WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+                AND lease_expires_at > now() AND status = 'running')
+ON CONFLICT (run_id, key) DO UPDATE SET closed_at = coalesce(s.closed_at, now())
+RETURNING run_id, 0 AS notified;
+
+-- name: stream_state
+SELECT r.status, s.closed_at IS NOT NULL AS closed
+FROM {schema}_runs r LEFT JOIN {schema}_streams s ON s.run_id = r.id AND s.key = :key
+WHERE r.id = :run_id;
+
+-- name: stream_read
+SELECT "offset", value FROM {schema}_stream_values
+WHERE run_id = :run_id AND key = :key AND "offset" >= :from_offset
+ORDER BY "offset" LIMIT :limit;
+
+-- name: stream_list
+SELECT key, next_offset AS length, closed_at IS NOT NULL AS closed FROM {schema}_streams
+WHERE run_id = :run_id ORDER BY key;
