@@ -100,6 +100,12 @@ def test_typed_json_refuses_a_nul_and_bad_json() -> None:
         parse(f'{{"n": {"9" * 5000}}}', "--data")
 
 
+def test_typed_json_nested_beyond_the_reader_is_invalid_input() -> None:
+    # An HTTP body or CLI argument: a 400 / exit 2, not an internal error.
+    with pytest.raises(InvalidInput, match="--data is nested too deeply"):
+        parse("[" * 100_000 + "]" * 100_000, "--data")
+
+
 def test_an_int_of_4300_digits_is_exact_and_a_long_digit_string_is_text() -> None:
     # The limit is Python's reader's (sys.get_int_max_str_digits' default), whatever this
     # process set: a worker elsewhere reads the row. Digits in a string are only text.

@@ -66,6 +66,8 @@ def parse(text: str, what: str) -> Any:
         ) from None
     except ValueError as exc:  # ours, or the reader's own (a number it cannot convert)
         raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:  # Python's reader recurses per level: a few thousand end it
+        raise InvalidInput(f"{what} is nested too deeply to be read: flatten it") from None
     if _holds_nul(value):
         raise InvalidInput(f"{what} {_NUL}")
     return value

@@ -89,5 +89,10 @@ async def test_a_refused_or_rolled_back_send_stores_nothing(psql: Psql) -> None:
         for name in ("''", "' \t'", "NULL"):
             err = await psql.fails(f"SELECT durably.send_signal({name}, '1');")
             assert "22023: a signal needs a name that is not blank" in err, err
+        deep, huge = "[" * 256 + "]" * 256, "9" * 4301  # 255 levels: taken, as in Python
+        err = await psql.fails(f"SELECT durably.send_signal('deep', '{deep}');")
+        assert "22023: the data of signal 'deep' is nested more than 254 levels" in err, err
+        err = await psql.fails(f"SELECT durably.send_signal('huge', '[{huge}]');")
+        assert "22023: the data of signal 'huge' is not JSON: it holds an integer" in err, err
         await psql.ok("BEGIN;\nSELECT durably.send_signal('gone', '1');\nROLLBACK;")
         assert await app.list_signals(pending=False) == []

@@ -184,6 +184,7 @@ async def test_a_queued_start_gets_the_workflows_retries(psql: Psql) -> None:
 async def test_bad_arguments_are_refused_and_write_nothing(psql: Psql) -> None:
     app = _app(psql.url)
     huge = "9" * 4301
+    deep = '{"a": ' * 255 + "[]" + "}" * 255
     cases = {
         "SELECT durably.start_run('', 'v1', '1');":
             "22023: a workflow name must be a non-empty string, not ''",
@@ -195,6 +196,9 @@ async def test_bad_arguments_are_refused_and_write_nothing(psql: Psql) -> None:
             "22023: a queue name must be a non-empty string",
         "SELECT durably.start_run('echo', 'v1', '1', namespace => '');":
             "22023: a namespace must be a non-empty string",
+        # Deeper than the engine's readers go: a run no claim or listing could read.
+        f"SELECT durably.start_run('echo', 'v1', '{deep}');":
+            "22023: input of workflow 'echo' is nested more than 254 levels deep",
         f"SELECT durably.start_run('echo', 'v1', '[{huge}]');":
             "22023: input of workflow 'echo' is not JSON: it holds an integer of more than 4300",
         "SELECT durably.start_run('echo', 'v1', '{bad');": "22P02: invalid input syntax",
@@ -208,6 +212,9 @@ async def test_bad_arguments_are_refused_and_write_nothing(psql: Psql) -> None:
         assert await app.queue_counts() == []
         # A float of as many digits is a float to Python's reader: taken.
         await psql.ok(f"SELECT durably.start_run('echo', 'v1', '[{huge}.5]');")
+        # As deep as the Python client writes: taken, and read back.
+        [run_id] = await psql.ok(f"SELECT durably.start_run('echo', 'v1', '{deep[5:-1]}');")
+        assert (await app.get_run(run_id)).input is not None
 
 
 async def test_a_workflow_no_worker_serves_stays_pending(psql: Psql) -> None:

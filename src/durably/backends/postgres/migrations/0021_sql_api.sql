@@ -78,6 +78,31 @@ BEGIN
 END
 $$;
 
+-- What jsonb takes and the engine's readers cannot: an int of more than 4300 digits
+-- (`codec.INT_DIGITS`) or a value nested deeper than the 254 levels the Python codec
+-- writes. Stored, such a value could be started or sent, never read: a run holding one
+-- would fail every claim and every listing of it. `text` is the value's text (only a long
+-- one can hold either). Raises 22023 naming `what`.
+CREATE OR REPLACE FUNCTION {schema}.check_readable(value jsonb, text text, what text)
+RETURNS void LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF octet_length(check_readable.text) >= 510
+       AND jsonb_path_exists(check_readable.value, 'lax $.**{{255}}') THEN
+        RAISE EXCEPTION '% is nested more than 254 levels deep, deeper than JSON readers '
+            'take: flatten it', check_readable.what USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(check_readable.text) > 4300 AND EXISTS (
+        SELECT 1 FROM jsonb_path_query(check_readable.value, 'strict $.**') AS v
+        WHERE jsonb_typeof(v) = 'number' AND CAST(v AS text) !~ '[.eE]'
+          AND length(ltrim(CAST(v AS text), '-')) > 4300
+    ) THEN
+        RAISE EXCEPTION '% is not JSON: it holds an integer of more than 4300 digits, and '
+            'JSON readers take at most 4300: store it as a string', check_readable.what
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
 -- The Python client's `insert_run` query as a function, for `start_run`: the run, or
 -- nothing when its id or idempotency key is taken; its queue's row (see 0008); the NOTIFY
 -- that wakes idle workers when it is due. The same statement, parameter for parameter
@@ -161,17 +186,8 @@ BEGIN
             HINT = 'give the version of the workflow that declares queue '
                    || quote_literal(start_run.queue);
     END IF;
-    -- Python's reader refuses an int of more than 4300 digits: a run holding one could be
-    -- started, never run (`codec.INT_DIGITS`). Only a long input can hold one.
-    IF octet_length(given) > 4300 AND EXISTS (
-        SELECT 1 FROM jsonb_path_query(start_run.input, 'strict $.**') AS v
-        WHERE jsonb_typeof(v) = 'number' AND CAST(v AS text) !~ '[.eE]'
-          AND length(ltrim(CAST(v AS text), '-')) > 4300
-    ) THEN
-        RAISE EXCEPTION 'input of workflow % is not JSON: it holds an integer of more than '
-            '4300 digits, and JSON readers take at most 4300: store it as a string',
-            quote_literal(start_run.workflow) USING ERRCODE = '22023';
-    END IF;
+    PERFORM {schema}.check_readable(start_run.input, given,
+                                    'input of workflow ' || quote_literal(start_run.workflow));
     LOOP
         SELECT r.id INTO started FROM {schema}.insert_run(
             replace(CAST(gen_random_uuid() AS text), '-', ''), start_run.namespace,
@@ -228,6 +244,8 @@ BEGIN
         RAISE EXCEPTION 'a namespace must be a non-empty string, not %',
             quote_nullable(send_signal.namespace) USING ERRCODE = '22023';
     END IF;
+    PERFORM {schema}.check_readable(send_signal.data, CAST(send_signal.data AS text),
+                                    'the data of signal ' || quote_literal(send_signal.name));
     IF send_signal.idempotency_key IS NOT NULL OR send_signal.run_id IS NOT NULL THEN
         PERFORM pg_advisory_xact_lock(hashtext(send_signal.namespace || '/' || send_signal.name));
     END IF;
