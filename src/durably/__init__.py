@@ -33,6 +33,7 @@ from .core.errors import (
     PayloadTooLarge,
     RunFailedError,
     RunNotFound,
+    RequestRejected,
     RunTerminalError,
     SignalNotFound,
     StepFailedError,
@@ -45,6 +46,7 @@ from .core.errors import (
 from .core.retry import RetryPolicy
 from .store.models import Run, StepAttempt
 from .worker.worker import Worker
+from .workflow.requests import Request
 from .workflow.context import WorkflowContext
 from .workflow.queue import Queue
 from .workflow.stepcontext import Fence, StepContext
@@ -72,6 +74,8 @@ __all__ = [
     "RunFailedError",
     "RunHandle",
     "RunNotFound",
+    "Request",
+    "RequestRejected",
     "RunTerminalError",
     "SignalNotFound",
     "StepAttempt",

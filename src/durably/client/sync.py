@@ -77,6 +77,8 @@ class SyncDurably:
     delete_signal = _blocking(App.delete_signal)
     get_event = _blocking(App.get_event)
     list_events = _blocking(App.list_events)
+    request = _blocking(App.request)
+    get_reply = _blocking(App.get_reply)
     close = _blocking(App.close)
 
     def result(self, run_id: str, timeout: float | None = None) -> Any:

@@ -11,6 +11,7 @@ from .claimed import Claimed
 from .compensations import run_compensate_now
 from .events import run_set_event
 from .patching import record_marker
+from .requests import run_reply
 from .steps import run_function, run_transaction
 from .values import record_value
 from .waits import run_child, run_send_signal, run_signal_wait, run_sleep
@@ -28,6 +29,7 @@ LIFECYCLES: dict[str, Lifecycle] = {
     "patch": record_marker,
     "value": record_value,
     "compensate": run_compensate_now,
+    "reply": run_reply,
 }
 
 

@@ -1195,3 +1195,27 @@ VALUES (:name, :holder, now() + :every_s * interval '1 second')
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until
 WHERE {schema}.maintenance.until <= now()
 RETURNING holder;
+
+-- ===== requests =====
+-- Requests with answers (SPEC §4.22, store/requests.py).
+
+-- name: find_request
+SELECT id FROM {schema}.requests WHERE run_id = :run_id AND idempotency_key = :idempotency_key;
+
+-- name: insert_request
+INSERT INTO {schema}.requests (id, run_id, name, idempotency_key)
+VALUES (:id, :run_id, :name, :idempotency_key);
+
+-- name: get_request
+SELECT id, run_id, name, status, answer::text AS answer, reason FROM {schema}.requests
+WHERE id = :id;
+
+-- name: answer_request
+-- Only a pending request takes an answer; its NOTIFY wakes the client waiting for it.
+WITH answered AS (
+    UPDATE {schema}.requests
+    SET status = :status, answer = CAST(:answer AS json), reason = :reason, answered_at = now()
+    WHERE id = :id AND run_id = :run_id AND status = 'pending'
+    RETURNING run_id
+)
+SELECT pg_notify(:channel, 'event:' || run_id) AS notified FROM answered;

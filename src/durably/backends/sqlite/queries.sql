@@ -900,3 +900,22 @@ VALUES (:name, :holder, now() + :every_s)
 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until
 WHERE {schema}_maintenance.until <= now()
 RETURNING holder;
+
+-- ===== requests =====
+-- Requests with answers (SPEC §4.22, store/requests.py).
+
+-- name: find_request
+SELECT id FROM {schema}_requests WHERE run_id = :run_id AND idempotency_key = :idempotency_key;
+
+-- name: insert_request
+INSERT INTO {schema}_requests (id, run_id, name, idempotency_key)
+VALUES (:id, :run_id, :name, :idempotency_key);
+
+-- name: get_request
+SELECT id, run_id, name, status, answer, reason FROM {schema}_requests WHERE id = :id;
+
+-- name: answer_request
+UPDATE {schema}_requests
+SET status = :status, answer = :answer, reason = :reason, answered_at = now()
+WHERE id = :id AND run_id = :run_id AND status = 'pending'
+RETURNING 1 AS notified;

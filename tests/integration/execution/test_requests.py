@@ -1,0 +1,172 @@
+"""Requests with answers (SPEC §4.22) on both backends: `app.request` delivers to a run's
+`ctx.step.wait_for_request` (buffered FIFO when sent before the wait) and returns the
+`reply`, or raises `RequestRejected` for a `reject`; a request nobody answers in time
+raises `WorkflowTimeoutError` and its later answer is kept for `get_reply`; a finished or
+unknown run is refused; an idempotency key delivers once; a replay never replies again."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from durably import (
+    Durably,
+    Request,
+    RequestRejected,
+    RunHandle,
+    RunNotFound,
+    RunTerminalError,
+    SyncWorkflowContext,
+    WorkflowContext,
+    WorkflowTimeoutError,
+)
+from tests.helpers import eventually, scaled
+
+
+def _app(url: str) -> Durably:
+    app = Durably(url)
+
+    @app.workflow(name="answer", version="v1")
+    async def answer(ctx: WorkflowContext, count: int) -> list[Any]:
+        """Answer `count` requests "ask" in order: double the data, reject a negative one."""
+        seen = []
+        for _ in range(count):
+            req = await ctx.step.wait_for_request("ask")
+            assert isinstance(req, Request)
+            seen.append(req.data)
+            if req.data < 0:
+                await ctx.step.reject(req, f"{req.data} is negative")
+            else:
+                await ctx.step.reply(req, req.data * 2)
+        await ctx.step.wait_for_signal(f"end:{ctx.run_id}")  # parks: the next claim replays
+        return seen
+
+    @app.workflow(name="answer-sync", version="v1")
+    def answer_sync(ctx: SyncWorkflowContext, count: int) -> list[Any]:
+        seen = []
+        for _ in range(count):
+            req = ctx.step.wait_for_request("ask")
+            assert req is not None
+            seen.append(req.data)
+            ctx.step.reply(req, req.data * 2)
+        return seen
+
+    @app.workflow(name="slow", version="v1")
+    async def slow(ctx: WorkflowContext) -> str:
+        req = await ctx.step.wait_for_request("ask")
+        assert req is not None
+        await ctx.step.wait_for_signal(f"go:{ctx.run_id}")  # the client gives up first
+        await ctx.step.reply(req, "late")
+        return "done"
+
+    @app.workflow(name="timeout", version="v1")
+    async def timeout(ctx: WorkflowContext) -> str:
+        req = await ctx.step.wait_for_request("ask", timeout="50ms")
+        return "none" if req is None else "got"
+
+    return app
+
+
+async def _waiting(handle: RunHandle[Any], label: str) -> None:
+    async def check() -> bool:
+        run = await handle.get()
+        return run.status == "waiting" and run.waiting_for == label
+
+    await eventually(check, what=f"run {handle.run_id} waiting for {label}")
+
+
+async def test_reply_and_reject(db_url: str) -> None:
+    app = _app(db_url)
+    async with app, app.worker():
+        handle = await app.start("answer", 2)
+        assert await app.request(handle.run_id, "ask", 21, timeout=scaled(20)) == 42
+        with pytest.raises(RequestRejected) as rejected:
+            await app.request(handle.run_id, "ask", -1, timeout=scaled(20))
+        assert rejected.value.reason == "-1 is negative"
+        await _waiting(handle, f"signal:end:{handle.run_id}")
+        await handle.signal(f"end:{handle.run_id}")  # the run's end replays every reply
+        assert await handle.result(timeout=scaled(20)) == [21, -1]
+        steps = await app.list_steps(handle.run_id)
+    replies = [s for s in steps if s.kind == "reply"]
+    assert [(s.step, s.status) for s in replies] == [("reply:ask", "completed")] * 2
+
+
+async def test_requests_before_the_wait_are_buffered_in_order(db_url: str) -> None:
+    app = _app(db_url)
+    async with app:
+        handle = await app.start("answer-sync", 3)
+        asked = []
+        for n in (1, 2, 3):  # each one stored before the next, and before any worker runs
+            asked.append(asyncio.create_task(app.request(handle.run_id, "ask", n,
+                                                         timeout=scaled(30))))  # fmt: skip
+            await eventually(lambda: _pending(app, n), what=f"{n} requests stored")
+        async with app.worker():
+            answers = await asyncio.gather(*asked)
+            assert await handle.result(timeout=scaled(20)) == [1, 2, 3]
+    assert answers == [2, 4, 6]
+
+
+async def _pending(app: Durably, count: int) -> bool:
+    signals = await app.list_signals()
+    return len([s for s in signals if s["name"] == "durably:request:ask"]) >= count
+
+
+async def test_timeout_then_get_reply(db_url: str) -> None:
+    app = _app(db_url)
+    async with app, app.worker():
+        handle = await app.start("slow")
+        with pytest.raises(WorkflowTimeoutError) as timed_out:
+            await app.request(handle.run_id, "ask", None, timeout="100ms")
+        request_id = timed_out.value.request_id  # type: ignore[attr-defined]
+        with pytest.raises(WorkflowTimeoutError):
+            await app.get_reply(request_id)  # still pending
+        await _waiting(handle, f"signal:go:{handle.run_id}")
+        await handle.signal(f"go:{handle.run_id}")
+        assert await app.get_reply(request_id, timeout=scaled(20)) == "late"
+        assert await handle.result(timeout=scaled(20)) == "done"
+        assert await app.get_reply(request_id) == "late"
+
+
+async def test_a_wait_for_a_request_times_out_with_none(db_url: str) -> None:
+    app = _app(db_url)
+    async with app, app.worker():
+        handle = await app.start("timeout")
+        assert await handle.result(timeout=scaled(20)) == "none"
+
+
+async def test_a_finished_or_unknown_run_is_refused(db_url: str) -> None:
+    app = _app(db_url)
+    async with app, app.worker():
+        handle = await app.start("timeout")
+        await handle.result(timeout=scaled(20))
+        with pytest.raises(RunTerminalError):
+            await app.request(handle.run_id, "ask", 1, timeout="1s")
+        with pytest.raises(RunNotFound):
+            await app.request("no-such-run", "ask", 1, timeout="1s")
+        assert not [s for s in await app.list_signals() if s["name"].startswith("durably:")]
+
+
+async def test_the_same_idempotency_key_delivers_once(db_url: str) -> None:
+    app = _app(db_url)
+    async with app, app.worker():
+        handle = await app.start("answer", 2)
+        first = await app.request(handle.run_id, "ask", 5, idempotency_key="k", timeout=scaled(20))
+        again = await app.request(handle.run_id, "ask", 9, idempotency_key="k", timeout=scaled(20))
+        assert first == again == 10
+        assert await app.request(handle.run_id, "ask", 7, timeout=scaled(20)) == 14
+        await _waiting(handle, f"signal:end:{handle.run_id}")
+        await handle.signal(f"end:{handle.run_id}")
+        assert await handle.result(timeout=scaled(20)) == [5, 7]
+        # Finished now: the key still names its answer.
+        assert await app.request(handle.run_id, "ask", 5, idempotency_key="k") == 10
+
+
+async def test_the_sync_client(db_url: str) -> None:
+    server, client = _app(db_url), _app(db_url)
+    async with server, server.worker():
+        handle = await server.start("answer-sync", 1)
+        assert await asyncio.to_thread(client.sync.request, handle.run_id, "ask", 4) == 8
+        assert await handle.result(timeout=scaled(20)) == [4]
+        await asyncio.to_thread(client.sync.close)
