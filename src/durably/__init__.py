@@ -31,9 +31,9 @@ from .core.errors import (
     NonDeterminismError,
     NonRetryableError,
     PayloadTooLarge,
+    RequestRejected,
     RunFailedError,
     RunNotFound,
-    RequestRejected,
     RunTerminalError,
     SignalNotFound,
     StepFailedError,
@@ -46,9 +46,9 @@ from .core.errors import (
 from .core.retry import RetryPolicy
 from .store.models import Run, StepAttempt
 from .worker.worker import Worker
-from .workflow.requests import Request
 from .workflow.context import WorkflowContext
 from .workflow.queue import Queue
+from .workflow.requests import Request
 from .workflow.stepcontext import Fence, StepContext
 from .workflow.steps import ChildHandle
 from .workflow.syncsteps import SyncChildHandle, SyncStepApi, SyncWorkflowContext
@@ -69,13 +69,13 @@ __all__ = [
     "NonRetryableError",
     "PayloadTooLarge",
     "Queue",
+    "Request",
+    "RequestRejected",
     "RetryPolicy",
     "Run",
     "RunFailedError",
     "RunHandle",
     "RunNotFound",
-    "Request",
-    "RequestRejected",
     "RunTerminalError",
     "SignalNotFound",
     "StepAttempt",

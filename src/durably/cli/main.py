@@ -8,7 +8,7 @@ from importlib import metadata
 
 import typer
 
-from . import admin, operating, runs
+from . import admin, operating, requests, runs
 from ._common import CommandError, Options, report
 
 # The exceptions of the click that typer runs on (its own copy in recent versions).
@@ -50,6 +50,7 @@ def _global(
 admin.register(app)
 runs.register(app)
 operating.register(app)
+requests.register(app)
 
 
 def main() -> None:

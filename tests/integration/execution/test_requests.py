@@ -7,6 +7,7 @@ unknown run is refused; an idempotency key delivers once; a replay never replies
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 import pytest
@@ -101,7 +102,7 @@ async def test_requests_before_the_wait_are_buffered_in_order(db_url: str) -> No
         for n in (1, 2, 3):  # each one stored before the next, and before any worker runs
             asked.append(asyncio.create_task(app.request(handle.run_id, "ask", n,
                                                          timeout=scaled(30))))  # fmt: skip
-            await eventually(lambda: _pending(app, n), what=f"{n} requests stored")
+            await eventually(partial(_pending, app, n), what=f"{n} requests stored")
         async with app.worker():
             answers = await asyncio.gather(*asked)
             assert await handle.result(timeout=scaled(20)) == [1, 2, 3]
