@@ -494,6 +494,12 @@ class App:
         """
         return await self._requesting.request(run_id, name, data, timeout, idempotency_key)
 
+    async def send_request(
+        self, run_id: str, name: str, data: Any = None, *, idempotency_key: str | None = None
+    ) -> str:
+        """Send run `run_id` request `name` without waiting; its id, for `get_reply`."""
+        return await self._requesting.send(run_id, name, data, idempotency_key)
+
     async def get_reply(self, request_id: str, timeout: Duration | None = 0) -> Any:
         """The answer to request `request_id` (RequestRejected if rejected), waiting up to
         `timeout` for it (WorkflowTimeoutError while it stays pending)."""

@@ -32,15 +32,19 @@ class Requesting:
         self.end_watch = end_watch
         self.max_payload = max_payload
 
+    async def send(self, run_id: str, name: str, data: Any, idempotency_key: str | None) -> str:
+        check_signal_name(name)
+        data_json = encode(data, f"the data of request {name!r}", self.max_payload)
+        await self.app.open()
+        request_id, _ = await self.store.requests.send(run_id, name, data_json, idempotency_key)
+        return request_id
+
     async def request(
         self, run_id: str, name: str, data: Any, timeout: Duration | None,
         idempotency_key: str | None,
     ) -> Any:  # fmt: skip
-        check_signal_name(name)
-        limit = _seconds(timeout)
-        data_json = encode(data, f"the data of request {name!r}", self.max_payload)
-        await self.app.open()
-        request_id, _ = await self.store.requests.send(run_id, name, data_json, idempotency_key)
+        limit = _seconds(timeout)  # an InvalidDuration before anything is sent
+        request_id = await self.send(run_id, name, data, idempotency_key)
         return await self._answer(request_id, run_id, limit)
 
     async def get_reply(self, request_id: str, timeout: Duration | None) -> Any:
