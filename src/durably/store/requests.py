@@ -19,10 +19,9 @@ from typing import Any
 from ..backends import Connector
 from ..core.codec import decode
 from ..core.errors import InvalidInput
+from .models import REQUEST_PREFIX
 from .records import Lease, PendingStep
 from .sends import Sends
-
-REQUEST_PREFIX = "durably:request:"  # reserved signal names: a request's envelope
 
 
 def request_signal(name: str) -> str:

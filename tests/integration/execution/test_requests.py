@@ -7,6 +7,7 @@ unknown run is refused; an idempotency key delivers once; a replay never replies
 from __future__ import annotations
 
 import asyncio
+import json
 from functools import partial
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from durably import (
     Durably,
+    InvalidInput,
     Request,
     RequestRejected,
     RunHandle,
@@ -23,6 +25,7 @@ from durably import (
     WorkflowContext,
     WorkflowTimeoutError,
 )
+from durably.testing import replay
 from tests.helpers import eventually, scaled
 
 
@@ -92,6 +95,11 @@ async def test_reply_and_reject(db_url: str) -> None:
         steps = await app.list_steps(handle.run_id)
     replies = [s for s in steps if s.kind == "reply"]
     assert [(s.step, s.status) for s in replies] == [("reply:ask", "completed")] * 2
+    exported = {"run": (await handle.get()).to_dict(), "steps": [s.to_dict() for s in steps]}
+    kinds = [s["kind"] for s in exported["steps"]]
+    assert kinds == ["request-wait", "reply"] * 2 + ["signal-wait"], kinds
+    report = replay(app, json.dumps(exported, default=str))  # as `durably show --json`
+    assert report.finished and report.output == [21, -1], report
 
 
 async def test_requests_before_the_wait_are_buffered_in_order(db_url: str) -> None:
@@ -171,3 +179,16 @@ async def test_the_sync_client(db_url: str) -> None:
         assert await asyncio.to_thread(client.sync.request, handle.run_id, "ask", 4) == 8
         assert await handle.result(timeout=scaled(20)) == [4]
         await asyncio.to_thread(client.sync.close)
+
+
+async def test_retention_purges_a_run_s_requests_with_it(db_url: str) -> None:
+    app = _app(db_url)
+    async with app, app.worker():
+        handle = await app.start("answer-sync", 1)
+        request_id = await app.send_request(handle.run_id, "ask", 3)
+        assert await app.get_reply(request_id, timeout=scaled(20)) == 6
+        assert await handle.result(timeout=scaled(20)) == [3]
+        purged = await app.purge("0s")
+        assert purged["runs"] == 1, purged
+        with pytest.raises(InvalidInput, match="no request"):
+            await app.get_reply(request_id)
