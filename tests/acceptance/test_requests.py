@@ -57,14 +57,13 @@ def test_the_cli_prints_the_answer_or_exits_1_with_the_reason(procs: Procs) -> N
     try:
         procs.worker("A", DURABLY_APP=APP)
         yes, no = client.start("answer-once").run_id, client.start("answer-once").run_id
-        env = {"DURABLY_APP": APP}
         out = procs.cli("request", yes, "ask", "--data", "4", "--timeout", duration(30),
-                        "--json", **env)  # fmt: skip
+                        "--json", DURABLY_APP=APP)  # fmt: skip
         assert json.loads(out.stdout) == {"doubled": 8}
-        refused = procs.cli("request", no, "ask", "--data", '"no"', check=False, **env)
+        refused = procs.cli("request", no, "ask", "--data", '"no"', check=False, DURABLY_APP=APP)
         assert refused.returncode == 1, refused
         assert "rejected: not today" in refused.stderr
-        missing = procs.cli("request", "no-such-run", "ask", check=False, **env)
+        missing = procs.cli("request", "no-such-run", "ask", check=False, DURABLY_APP=APP)
         assert missing.returncode == 2 and "no run" in missing.stderr, missing  # as `show`
     finally:
         client.close()

@@ -93,10 +93,12 @@ async def test_reply_and_reject(db_url: str) -> None:
         await handle.signal(f"end:{handle.run_id}")  # the run's end replays every reply
         assert await handle.result(timeout=scaled(20)) == [21, -1]
         steps = await app.list_steps(handle.run_id)
+        run = await handle.get()
     replies = [s for s in steps if s.kind == "reply"]
     assert [(s.step, s.status) for s in replies] == [("reply:ask", "completed")] * 2
-    exported = {"run": (await handle.get()).to_dict(), "steps": [s.to_dict() for s in steps]}
-    kinds = [s["kind"] for s in exported["steps"]]
+    documents = [s.to_dict() for s in steps]
+    exported = {"run": run.to_dict(), "steps": documents}
+    kinds = [s["kind"] for s in documents]
     assert kinds == ["request-wait", "reply"] * 2 + ["signal-wait"], kinds
     report = replay(app, json.dumps(exported, default=str))  # as `durably show --json`
     assert report.finished and report.output == [21, -1], report
