@@ -490,7 +490,8 @@ class App:
             RequestRejected: the workflow rejected it (`.reason`).
             WorkflowTimeoutError: no answer within `timeout` (None: wait for ever); the
                 request stays pending (`.request_id`: `get_reply` reads a later answer).
-            RunTerminalError: the run has finished (nothing was sent). RunNotFound.
+            RunTerminalError: the run has finished (nothing was sent), or it ended
+                without answering (the request stays pending). RunNotFound.
         """
         return await self._requesting.request(run_id, name, data, timeout, idempotency_key)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.codec import encode
 from ..core.durations import Duration, parse_duration
-from ..core.errors import RequestRejected, RequestTimeout
+from ..core.errors import RequestRejected, RequestTimeout, RunTerminalError
 from ..store.endwatch import SAFETY_POLL_S, EndWatch
 from ..store.requests import Answer
 from ..store.sends import check_signal_name
@@ -57,11 +57,14 @@ class Requesting:
     async def _answer(self, request_id: str, run_id: str, limit: float | None) -> Any:
         """The answer to `request_id`, waited for at most `limit` seconds (RequestTimeout)."""
         deadline = None if limit is None else time.monotonic() + limit
+        ended = None  # the run's status, once it is seen finished
         async with self.end_watch.watching_events(run_id) as changed:
             while True:
                 found = await self.store.requests.get(request_id)
                 if found.status != "pending":
                     return _outcome(found)
+                if ended is not None:  # read before the request: it never answered
+                    raise RunTerminalError(run_id, ended, f"answer request {request_id} of")
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise RequestTimeout(request_id, (
@@ -73,6 +76,10 @@ class Requesting:
                 wait = SAFETY_POLL_S if left is None else min(left, SAFETY_POLL_S)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), wait)
+                # A run that ended without answering (canceled, failed) never will, unless
+                # resumed: the request stays pending for `get_reply`.
+                run = await self.store.get_run(run_id)
+                ended = run.status if run.terminal else None
 
 
 def _outcome(found: Answer) -> Any:

@@ -194,3 +194,14 @@ async def test_retention_purges_a_run_s_requests_with_it(db_url: str) -> None:
         assert purged["runs"] == 1, purged
         with pytest.raises(InvalidInput, match="no request"):
             await app.get_reply(request_id)
+
+
+async def test_a_run_that_ends_without_answering_ends_the_wait(db_url: str) -> None:
+    app = _app(db_url)
+    async with app, app.worker():
+        handle = await app.start("slow")
+        asked = asyncio.create_task(app.request(handle.run_id, "ask", 1, timeout=scaled(30)))
+        await _waiting(handle, f"signal:go:{handle.run_id}")  # took it, will never reply
+        await handle.cancel()
+        with pytest.raises(RunTerminalError, match="canceled"):
+            await asked
