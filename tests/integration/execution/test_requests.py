@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from functools import partial
 from typing import Any
 
+import psycopg
 import pytest
 
 from durably import (
@@ -26,7 +28,7 @@ from durably import (
     WorkflowTimeoutError,
 )
 from durably.testing import replay
-from tests.helpers import eventually, scaled
+from tests.helpers import duration, eventually, scaled
 
 
 def _app(url: str) -> Durably:
@@ -205,3 +207,44 @@ async def test_a_run_that_ends_without_answering_ends_the_wait(db_url: str) -> N
         await handle.cancel()
         with pytest.raises(RunTerminalError, match="canceled"):
             await asked
+
+
+def _bump_fence(url: str, run_id: str) -> None:
+    """Another claim's fence, as if the lease had been lost (from a thread: SQLite's lock)."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///"), timeout=scaled(30)) as conn:
+            conn.execute("UPDATE durably_runs SET fence = fence + 1 WHERE id = ?", (run_id,))
+    else:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE durably.runs SET fence = fence + 1 WHERE id = %s", (run_id,))
+
+
+async def test_a_lost_lease_before_the_reply_answers_once(db_url: str) -> None:
+    app = Durably(db_url)
+    entered, release = asyncio.Event(), asyncio.Event()
+    calls: list[int] = []
+
+    async def gate() -> None:
+        calls.append(1)
+        entered.set()
+        await release.wait()
+
+    @app.workflow(name="fenced", version="v1")
+    async def fenced(ctx: WorkflowContext) -> str:
+        req = await ctx.step.wait_for_request("ask")
+        assert req is not None
+        await ctx.step.run("gate", gate)
+        await ctx.step.reply(req, "once")
+        return "done"
+
+    async with app, app.worker(lease=duration(2), heartbeat=duration(0.5)):
+        handle = await fenced.start()
+        asked = asyncio.create_task(app.request(handle.run_id, "ask", None, timeout=scaled(60)))
+        await eventually(entered.is_set, what="the step after the wait")
+        await asyncio.to_thread(_bump_fence, db_url, handle.run_id)
+        release.set()  # its record, and so the reply, fail: the lease is lost
+        assert await asked == "once"
+        assert await handle.result(timeout=scaled(30)) == "done"
+        steps = await app.list_steps(handle.run_id)
+    assert len(calls) >= 2  # run again by the claim after the lost one
+    assert [s.status for s in steps if s.kind == "reply"] == ["completed"]
