@@ -5,6 +5,8 @@
                                                         SQL, not by the Python client
   latency    --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
   signal     --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
+  request    --n N --gap-ms G --database URL            app.request's round trip to a
+                                                        waiting run -> {"client_ms": ...}
   scale      --concurrency C --runs N --database URL   throughput with 1M finished and
              [--finished 1000000 --sleeping 100000]     100k sleeping runs, against empty
   idle       --concurrency C --seconds S --database URL -> {"queries_per_s"}
@@ -24,13 +26,14 @@ import asyncio
 import json
 import logging
 
-from . import scenarios
+from . import requests, scenarios
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument(
-        "mode", choices=["throughput", "latency", "signal", "scale", "idle", "queued", "stream"]
+        "mode",
+        choices=["throughput", "latency", "signal", "scale", "idle", "queued", "stream", "request"],
     )
     parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--concurrency", type=int, default=50)
@@ -45,7 +48,11 @@ def main() -> None:
     parser.add_argument("--via", choices=["client", "sql"], default="client")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    result = asyncio.run(scenarios.run(args))
+    if args.mode == "request":
+        work = requests.request_latency(args.database, args.n, args.gap_ms)
+    else:
+        work = scenarios.run(args)
+    result = asyncio.run(work)
     print(json.dumps(result), flush=True)
 
 

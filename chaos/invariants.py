@@ -81,7 +81,7 @@ async def all_runs(app: Durably) -> list[Run]:
 def check_all(ev: Evidence) -> list[Check]:
     return [check_states(ev), check_lost(ev), check_stuck(ev), check_running(ev),
             check_completed_once(ev), check_effects(ev), check_executions(ev), check_fences(ev),
-            check_after_cancel(ev), check_signals(ev), check_compensations(ev),
+            check_after_cancel(ev), check_signals(ev), check_requests(ev), check_compensations(ev),
             check_children(ev), check_deploys(ev), check_deaths(ev)]  # fmt: skip
 
 
@@ -240,7 +240,7 @@ def check_signals(ev: Evidence) -> Check:
     received: Counter[str] = Counter()
     for steps in ev.steps.values():
         for s in steps:
-            if s.kind == "signal-wait" and s.status == "completed":
+            if s.kind == "signal-wait" and s.status == "completed" and not _request(s):
                 received[json.dumps(s.output, sort_keys=True)] += 1
     runs, sent = _by_key(ev), set()
     for plan in ev.plans.values():
@@ -258,6 +258,32 @@ def check_signals(ev: Evidence) -> Check:
     for text, n in received.items():
         if text not in sent:
             c.expect(False, f"{n} waits received {text}, which nobody sent")
+    return c
+
+
+def _request(step: Any) -> bool:
+    """A request's wait (`check_requests`), a signal wait on its reserved name."""
+    return str(step.signal or "").startswith("durably:request:")
+
+
+def check_requests(ev: Evidence) -> Check:
+    c = Check("every request got exactly one answer, and the run replied to it once")
+    runs = _by_key(ev)
+    for plan in ev.plans.values():
+        if plan.workflow != "chaos-requests":
+            continue
+        run = runs.get(plan.key)
+        if run is None:
+            continue
+        replies = [s for s in ev.steps.get(run.run_id, []) if s.kind == "reply"]
+        done = [s for s in replies if s.status == "completed"]
+        where = f"{plan.key} {run.run_id} ({run.status})"
+        c.expect(len(done) <= 2, f"{where}: {len(done)} replies recorded")
+        expected = [{"n": n, "by": run.run_id} for n in (1, 2)][: len(plan.answers)]
+        c.expect(plan.answers == expected, f"{where}: answers {plan.answers}")
+        if run.status == "completed":
+            c.expect(len(done) == 2 and len(plan.answers) == 2,
+                     f"{where}: {len(done)} replies, {len(plan.answers)} answers")  # fmt: skip
     return c
 
 

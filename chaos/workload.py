@@ -220,6 +220,19 @@ async def signals_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> list[Any]:
     return [first, second, mine]
 
 
+@app.workflow(name="chaos-requests")
+async def requests_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> list[Any]:
+    """Answer two requests (SPEC §4.22), with a step between taking each and replying."""
+    answered = []
+    for i in range(2):
+        req = await ctx.step.wait_for_request("ask", timeout="10m")
+        assert req is not None, "no request came in ten minutes"
+        await ctx.step.run(f"think-{i}", work, 0, 20)
+        await ctx.step.reply(req, {"n": req.data["n"], "by": ctx.run_id})
+        answered.append(req.data["n"])
+    return answered
+
+
 @app.workflow(name="chaos-child")
 async def child_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> Any:
     if spec["mode"] == "slow":
@@ -310,6 +323,7 @@ class Plan:
     cancel: str = "none"  # none | canceled | refused | uncertain (a retried cancel was refused)
     canceled_at: float | None = None  # when the cancel call returned (time.time())
     driver_error: str | None = None
+    answers: list[Any] = field(default_factory=list)  # what each `app.request` returned
 
 
 def _steps(rng: random.Random) -> Plan:
@@ -376,9 +390,11 @@ def _deadline(rng: random.Random) -> Plan:
 def make_plan(rng: random.Random, number: int) -> Plan:
     """The plan of the `number`-th run: a random kind of the mixed workload."""
     key = f"c{number:05d}"
-    kind = rng.choices(["steps", "gather", "signals", "children", "ledger", "saga", "deadline"],
-                       [3, 3, 2, 1.5, 2, 1.5, 0.7])[0]  # fmt: skip
-    if kind == "signals":
+    kind = rng.choices(["steps", "gather", "signals", "children", "ledger", "saga", "deadline",
+                        "requests"], [3, 3, 2, 1.5, 2, 1.5, 0.7, 1])[0]  # fmt: skip
+    if kind == "requests":
+        plan = Plan("", "chaos-requests", {}, expect_output=[1, 2])
+    elif kind == "signals":
         plan = _signals(rng, key)
     else:
         make = {"steps": _steps, "gather": _gather, "children": _children, "ledger": _ledger,
@@ -477,10 +493,41 @@ class LoadGenerator:
                 await self._until(plan, lambda status: status != "pending" and status != "running")
             key, data = plan.signals[1]
             plan.sent.append(await self._send(data, key))
-        if plan.cancel_after is not None:
+        if plan.workflow == "chaos-requests":
+            await self._ask(plan, began)
+        elif plan.cancel_after is not None:
             await asyncio.sleep(max(0.0, began + plan.cancel_after - time.monotonic()))
             await self._cancel(plan)
         await self._until(plan, None)
+
+    async def _ask(self, plan: Plan, began: float) -> None:
+        """Two requests, each asked again through an outage or a timeout with its key (the
+        key delivers it once and returns its one answer); a cancel races them."""
+        assert plan.run_id is not None
+        canceling = None
+        if plan.cancel_after is not None:
+            canceling = asyncio.create_task(self._cancel_at(plan, began))
+        try:
+            for n in (1, 2):
+                while True:
+                    try:
+                        plan.answers.append(await self._retry(
+                            self.client.request, plan.run_id, "ask", {"n": n},
+                            idempotency_key=f"{plan.key}:r{n}", timeout="20s",
+                        ))  # fmt: skip
+                        break
+                    except WorkflowTimeoutError:
+                        continue
+        except RunTerminalError:
+            pass  # canceled (or ended by its deadline) before it answered
+        finally:
+            if canceling is not None:
+                await canceling
+
+    async def _cancel_at(self, plan: Plan, began: float) -> None:
+        assert plan.cancel_after is not None
+        await asyncio.sleep(max(0.0, began + plan.cancel_after - time.monotonic()))
+        await self._cancel(plan)
 
     async def _send(self, data: dict[str, Any], key: str | None) -> dict[str, Any]:
         """Send once. A keyed send is simply sent again through an outage (the key makes it

@@ -31,6 +31,7 @@ from .core.errors import (
     NonDeterminismError,
     NonRetryableError,
     PayloadTooLarge,
+    RequestRejected,
     RunFailedError,
     RunNotFound,
     RunTerminalError,
@@ -47,6 +48,7 @@ from .store.models import Run, StepAttempt
 from .worker.worker import Worker
 from .workflow.context import WorkflowContext
 from .workflow.queue import Queue
+from .workflow.requests import Request
 from .workflow.stepcontext import Fence, StepContext
 from .workflow.steps import ChildHandle
 from .workflow.syncsteps import SyncChildHandle, SyncStepApi, SyncWorkflowContext
@@ -67,6 +69,8 @@ __all__ = [
     "NonRetryableError",
     "PayloadTooLarge",
     "Queue",
+    "Request",
+    "RequestRejected",
     "RetryPolicy",
     "Run",
     "RunFailedError",

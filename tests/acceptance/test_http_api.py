@@ -120,6 +120,7 @@ ROUTES = [
     ("GET", "/runs/r-1/events/stage", None),
     ("GET", "/runs/r-1/streams/tokens", None),
     ("POST", "/signals", {"name": "approve:o1", "data": True}),
+    ("POST", "/runs/r-1/requests", {"name": "ask", "data": 1}),
     ("GET", "/openapi.json", None),
 ]
 
@@ -290,6 +291,24 @@ def test_a_signal_sent_over_http_reaches_the_waiting_run(served: Served) -> None
     assert buffered == {"delivered_to": [], "buffered": True, "duplicate": False}
 
 
+def test_a_request_over_http_gets_the_workflow_s_answer(served: Served) -> None:
+    run_id = served.ok("POST", "/runs", {"workflow": "answer", "input": 2}, 201)["run_id"]
+    served.worker()
+    ask = f"/runs/{run_id}/requests"
+    answered = served.ok("POST", ask, {"name": "ask", "data": 21, "idempotency_key": "k"})
+    assert answered["answer"] == 42 and answered["request_id"]
+    assert served.ok("POST", ask, {"name": "ask", "data": 21, "idempotency_key": "k"}) == answered
+    late = served.call("POST", ask, {"name": "other", "timeout": "100ms"})
+    assert late.status_code == 504 and late.json()["request_id"], late.text
+    rejected = served.call("POST", ask, {"name": "ask", "data": "x"})
+    assert rejected.status_code == 422, rejected.text
+    assert rejected.json()["reason"] == "'x' is not a number"
+    served.until(run_id, "completed")
+    assert served.call("POST", ask, {"name": "ask", "data": 1}).status_code == 409
+    assert served.call("POST", "/runs/nope/requests", {"name": "ask"}).status_code == 404
+    assert served.call("POST", ask, {"data": 1}).status_code == 400  # no name
+
+
 def test_cancel_and_resume_answer_the_run(served: Served) -> None:
     later = served.ok("POST", "/runs", {"workflow": "price", "input": {"id": "o1"},
                                         "available_at": "+1h"}, 201)["run_id"]  # fmt: skip
@@ -314,7 +333,7 @@ def test_the_openapi_document_lists_the_routes(served: Served) -> None:
     assert set(doc["paths"]) == {f"{API}{p}" for p in (
         "/runs", "/runs/{run_id}", "/runs/{run_id}/cancel", "/runs/{run_id}/resume",
         "/runs/{run_id}/events/{key}", "/runs/{run_id}/streams/{key}", "/signals",
-        "/openapi.json")}  # fmt: skip
+        "/openapi.json", "/runs/{run_id}/requests")}  # fmt: skip
     assert doc["components"]["securitySchemes"]["token"]["scheme"] == "bearer"
 
 

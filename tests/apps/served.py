@@ -44,3 +44,15 @@ async def approval(ctx: Any, order: Order) -> Any:
     got = await ctx.step.wait_for_signal(f"approve:{order.id}", timeout="1h")
     await ctx.step.set_event("stage", {"approved": got})
     return got
+
+
+@app.workflow(name="answer", version="v1")
+async def answer(ctx: Any, count: int) -> int:
+    """Answer `count` requests "ask": double a number, reject anything else."""
+    for _ in range(count):
+        req = await ctx.step.wait_for_request("ask")
+        if isinstance(req.data, int):
+            await ctx.step.reply(req, req.data * 2)
+        else:
+            await ctx.step.reject(req, f"{req.data!r} is not a number")
+    return count

@@ -23,6 +23,7 @@ def test_exported_names() -> None:
         "Queue",
         "SignalNotFound",
         "SyncChildHandle", "SyncStepApi", "SyncWorkflowContext",
+        "Request", "RequestRejected",
     ])  # fmt: skip
     for name in durably.__all__:
         assert getattr(durably, name).__doc__, f"{name} has no docstring"

@@ -8,7 +8,7 @@ from importlib import metadata
 
 import typer
 
-from . import admin, operating, runs, serving, streams
+from . import admin, operating, requests, runs, serving, streams
 from ._common import CommandError, Options, report
 
 # The exceptions of the click that typer runs on (its own copy in recent versions).
@@ -52,6 +52,7 @@ runs.register(app)
 operating.register(app)
 serving.register(app)
 streams.register(app)
+requests.register(app)
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ from ..workflow.queue import Queue
 from ..workflow.schedule import Schedule
 from .handle import RunHandle
 from .operating import Operating
+from .requests import Requesting
 from .streams import read_stream
 from .workflow import Workflow, WorkflowDecorator
 
@@ -108,6 +109,7 @@ class App:
         self._operating = Operating(
             self, self.store, self.end_watch, self.namespace, self.workflows, self.max_payload
         )
+        self._requesting = Requesting(self, self.store, self.end_watch, self.max_payload)
 
     # ----------------------------------------------------------------- registry
 
@@ -498,6 +500,33 @@ class App:
         `close_stream`; all are closed once the run has ended)."""
         await self.open()
         return await Streams(self.store).list_streams(run_id)
+
+    async def request(
+        self, run_id: str, name: str, data: Any = None, *, timeout: Duration | None = "30s",
+        idempotency_key: str | None = None,
+    ) -> Any:  # fmt: skip
+        """Send run `run_id` a durable request `name` and wait for its answer (SPEC §4.22;
+        the workflow takes it with `ctx.step.wait_for_request(name)`).
+
+        Raises:
+            RequestRejected: the workflow rejected it (`.reason`).
+            WorkflowTimeoutError: no answer within `timeout` (None: wait for ever); the
+                request stays pending (`.request_id`: `get_reply` reads a later answer).
+            RunTerminalError: the run has finished (nothing was sent), or it ended
+                without answering (the request stays pending). RunNotFound.
+        """
+        return await self._requesting.request(run_id, name, data, timeout, idempotency_key)
+
+    async def send_request(
+        self, run_id: str, name: str, data: Any = None, *, idempotency_key: str | None = None
+    ) -> str:
+        """Send run `run_id` request `name` without waiting; its id, for `get_reply`."""
+        return await self._requesting.send(run_id, name, data, idempotency_key)
+
+    async def get_reply(self, request_id: str, timeout: Duration | None = 0) -> Any:
+        """The answer to request `request_id` (RequestRejected if rejected), waiting up to
+        `timeout` for it (WorkflowTimeoutError while it stays pending)."""
+        return await self._requesting.get_reply(request_id, timeout)
 
     # ----------------------------------------------------------------- workers
 

@@ -78,6 +78,9 @@ class SyncDurably:
     delete_signal = _blocking(App.delete_signal)
     get_event = _blocking(App.get_event)
     list_events = _blocking(App.list_events)
+    request = _blocking(App.request)
+    send_request = _blocking(App.send_request)
+    get_reply = _blocking(App.get_reply)
     close = _blocking(App.close)
 
     def result(self, run_id: str, timeout: float | None = None) -> Any:

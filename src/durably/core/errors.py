@@ -17,6 +17,7 @@
     ├── StepFailedError              a step failed for good (raised in the workflow, also on replay)
     ├── ChildWorkflowError           a child run failed or was canceled
     ├── WorkflowTimeoutError         waiting for a child (or a result) took longer than allowed
+    ├── RequestRejected              the workflow rejected a request (`app.request`)
     ├── DeadlineExceeded             the run's deadline_at passed
     ├── RunFailedError               `handle.result()` of a run that failed or was canceled
     ├── StepLimitExceeded            the run reached its limit of step attempts
@@ -148,6 +149,24 @@ class ChildWorkflowError(DurablyError):
 
 class WorkflowTimeoutError(DurablyError):
     """The wait timed out."""
+
+
+class RequestTimeout(WorkflowTimeoutError):
+    """No answer came to a request in time (`app.request`); it stays pending, and the
+    answer that comes later is kept for `app.get_reply(request_id)`."""
+
+    def __init__(self, request_id: str, message: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+class RequestRejected(DurablyError):
+    """The workflow rejected the request (`ctx.step.reject(req, reason)`): `reason`."""
+
+    def __init__(self, reason: str, request_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.request_id = request_id
 
 
 class DeadlineExceeded(DurablyError):

@@ -11,6 +11,7 @@ from .claimed import Claimed
 from .compensations import run_compensate_now
 from .events import run_set_event
 from .patching import record_marker
+from .requests import run_reply
 from .steps import run_function, run_transaction
 from .streams import run_stream
 from .values import record_value
@@ -30,6 +31,7 @@ LIFECYCLES: dict[str, Lifecycle] = {
     "patch": record_marker,
     "value": record_value,
     "compensate": run_compensate_now,
+    "reply": run_reply,
 }
 
 

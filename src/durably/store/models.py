@@ -9,6 +9,9 @@ from typing import Any
 from ..backends import Row
 from ..core.codec import decode
 
+# The signal names requests are sent as (`store.requests`): `durably:request:<name>`.
+REQUEST_PREFIX = "durably:request:"
+
 # `held`: its replay did not match its history; it waits for code that does (SPEC §4.2).
 STATUSES = ("pending", "running", "waiting", "held", "completed", "failed", "canceled")
 TERMINAL = frozenset({"completed", "failed", "canceled"})
@@ -129,5 +132,10 @@ class StepAttempt:
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The attempt as JSON-ready data (the CLI's `--json` step document)."""
-        return _to_dict(self)
+        """The attempt as JSON-ready data (the CLI's `--json` step document). A request's
+        wait, stored as a signal wait on its reserved name, shows as `request-wait`
+        (`testing.replay` reads it back as the signal wait it is)."""
+        out = _to_dict(self)
+        if self.kind == "signal-wait" and (self.signal or "").startswith(REQUEST_PREFIX):
+            out["kind"] = "request-wait"
+        return out

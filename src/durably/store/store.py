@@ -25,6 +25,7 @@ from .ends import RunEnds
 from .giveback import GiveBacks
 from .models import Run, StepAttempt
 from .records import Lease, NewRun
+from .requests import Requests
 from .sends import Sends
 from .steps import StepRecords
 
@@ -40,6 +41,7 @@ class Store:
         self.steps = StepRecords(connector)
         self.sends = Sends(connector, namespace, self.channel, self.steps)
         self.givebacks = GiveBacks(connector, self.sends)
+        self.requests = Requests(connector, self.channel, self.sends)
         self.ends = RunEnds(connector, self.channel)
 
     # ----------------------------------------------------------------- client side

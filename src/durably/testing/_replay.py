@@ -217,6 +217,9 @@ def _entries(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """History entries from exported step attempts (a log order from the times when an
     older export has no `seq`)."""
     entries = [dict(s) for s in steps]
+    for e in entries:  # a request's wait is a signal wait (`StepAttempt.to_dict`)
+        if e.get("kind") == "request-wait":
+            e["kind"] = "signal-wait"
     if entries and all(e.get("seq") is None for e in entries):
         ended = sorted((e for e in entries if e.get("finished_at")),
                        key=lambda e: e["finished_at"])  # fmt: skip

@@ -18,7 +18,7 @@ from ..client import documents
 from ..client.durably import Durably
 from ..core.codec import parse
 from ..core.durations import parse_duration
-from ..core.errors import RunNotFound
+from ..core.errors import RequestRejected, RunNotFound, WorkflowTimeoutError
 from ..store.models import STATUSES, Run
 from .errors import BadRequest, Document, refusal
 
@@ -27,6 +27,7 @@ _ENVELOPE = 64 * 1024  # a body's room beyond its payload: the other fields
 _START = ("workflow", "input", "version", "idempotency_key", "available_at", "deadline_at",
           "concurrency_key", "priority", "attributes")  # fmt: skip
 _SIGNAL = ("name", "data", "idempotency_key", "run", "expires")
+_REQUEST = ("name", "data", "timeout", "idempotency_key")
 _RUNS = ("status", "workflow", "queue", "key", "stuck", "limit", "offset")
 
 
@@ -50,8 +51,7 @@ class Api:
             Route("/runs/{run_id}/events/{key:path}", self.get_event, methods=["GET"]),
             Route("/signals", self.send_signal, methods=["POST"]),
             Route("/runs/{run_id}/streams/{key:path}", self.read_stream, methods=["GET"]),
-            # Issue 28 adds here, with the engine's requests (§4.22):
-            # `POST /runs/{run_id}/requests`; `openapi.DOCUMENT` lists it then.
+            Route("/runs/{run_id}/requests", self.request, methods=["POST"]),
         ]
 
     # ------------------------------------------------------------------ runs
@@ -169,6 +169,29 @@ class Api:
             run_id=_text(body, "run"), expires=_text(body, "expires"),
         )  # fmt: skip
         return Document(result)
+
+    # ------------------------------------------------------------------ requests
+
+    async def request(self, request: Request) -> Response:
+        """`durably request`: `{"request_id", "answer"}` once the run answered. A rejection
+        is a 422 `{"error", "reason", "request_id"}`; no answer within `timeout` (default
+        30s) a 504 with the `request_id` (the request stays pending: ask again with the
+        same `idempotency_key` for its answer)."""
+        body = await self._body(request, _REQUEST, "a request")
+        timeout = _text(body, "timeout") or "30s"
+        parse_duration(timeout)  # a 400 before anything is sent
+        request_id = await self.durably.send_request(
+            _run_id(request), _name(body, "name"), body.get("data"),
+            idempotency_key=_text(body, "idempotency_key"),
+        )  # fmt: skip
+        try:
+            answer = await self.durably.get_reply(request_id, timeout)
+        except RequestRejected as exc:
+            return Document({**documents.error(f"rejected: {exc.reason}"),
+                             "reason": exc.reason, "request_id": request_id}, 422)  # fmt: skip
+        except WorkflowTimeoutError as exc:
+            return Document({**documents.error(str(exc)), "request_id": request_id}, 504)
+        return Document({"request_id": request_id, "answer": answer})
 
     # ------------------------------------------------------------------ bodies
 

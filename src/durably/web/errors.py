@@ -8,9 +8,11 @@ with the message the CLI prints and the status that says what the caller can do.
     404  no such run, workflow or signal; no such route
     405  a route that does not take this method
     409  the idempotency key started a run with another input; the run has finished
+    422  the workflow rejected a request (`RequestRejected`: `{"error", "reason", "request_id"}`)
     421  a `Host` this server does not answer to (`guard`)
     503  the database could not be reached
-    504  the wait ran out before the value could be read
+    504  the wait ran out before the value could be read (a request's answer: with its
+         `request_id`; the request stays pending)
     500  anything else (its traceback is in the server's log, not in the answer)
 """
 

@@ -129,7 +129,17 @@ _PATHS: dict[str, Any] = {
                 "responses": {"200": {"description": "the OpenAPI document",
                                       "content": {_JSON: {}}}, **_COMMON}},
     },
-    # Issue 28: /api/v1/runs/{run_id}/requests.
+    "/api/v1/runs/{run_id}/requests": {
+        "post": {"summary": "Ask a running workflow and wait for its answer (durably request)",
+                 "operationId": "sendRequest", "parameters": [_RUN_ID],
+                 "requestBody": _body("RequestRequest"),
+                 "responses": {"200": _answer("the answer", _ref("Reply")), "400": _BAD,
+                               "404": _NOT_FOUND, "409": _error("the run has finished"),
+                               "422": _answer("the workflow rejected it", _ref("Rejected")),
+                               "504": _answer("no answer in time; the request stays pending",
+                                              _ref("Rejected")),
+                               **_COMMON}},
+    },
 }  # fmt: skip
 
 _TIME = {"type": ["string", "null"], "format": "date-time"}
@@ -183,6 +193,21 @@ _SCHEMAS: dict[str, Any] = {
     "Event": {
         "type": "object", "required": ["run_id", "key", "value"],
         "properties": {"run_id": {"type": "string"}, "key": {"type": "string"}, "value": {}},
+    },
+    "RequestRequest": {
+        "type": "object", "required": ["name"], "additionalProperties": False,
+        "properties": {"name": {"type": "string"}, "data": {}, "idempotency_key": _TEXT,
+                       "timeout": {"type": ["string", "null"],
+                                   "description": "how long to wait (default 30s)"}},
+    },
+    "Reply": {
+        "type": "object", "required": ["request_id", "answer"],
+        "properties": {"request_id": {"type": "string"}, "answer": {}},
+    },
+    "Rejected": {
+        "type": "object", "required": ["error", "request_id"],
+        "properties": {"error": {"type": "string"}, "request_id": {"type": "string"},
+                       "reason": {"type": "string"}},
     },
     "Error": {
         "type": "object", "required": ["error"],

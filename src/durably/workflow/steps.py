@@ -19,6 +19,7 @@ from ..core.codec import adapter, encode
 from ..core.durations import Duration, seconds_of
 from ..core.errors import InvalidInput
 from ..core.retry import STEP_DEFAULT, RetryPolicy
+from ..store.requests import request_signal
 from ..store.sends import check_signal_name
 from .commands import (
     Body,
@@ -35,6 +36,7 @@ from .commands import (
     child_run_id,
     signature,
 )
+from .requests import Reply, Request
 from .stepcontext import StepContext
 
 if TYPE_CHECKING:
@@ -326,6 +328,41 @@ class StepApi:
         expires_s = _seconds(expires, f"the expiry of signal {signal!r}")
         spec = SignalSend(signal, data_json, idempotency_key, run_id, expires_s)
         return StepCall(self._issue(name or f"send:{signal}", "signal-send", spec))
+
+    # ---------------------------------------------------------------- requests
+
+    def wait_for_request(
+        self, name: str, *, timeout: Duration | None = None
+    ) -> StepCall[Request | None]:
+        """Wait durably for a request sent to this run as `name` (`app.request`); the
+        oldest one buffered if some came before the wait (FIFO). None once `timeout` has
+        passed. Answer it with `reply` or `reject`: the client waits for that.
+
+        Example:
+            ```python
+            req = await ctx.step.wait_for_request("approve")
+            if req.data["amount"] > 100:
+                await ctx.step.reject(req, "too much")
+            else:
+                await ctx.step.reply(req, {"approved": True})
+            ```
+        """
+        check_signal_name(name)
+        signal = request_signal(name)
+        spec = SignalWait(signal, _seconds(timeout, f"the wait for request {name!r}"))
+        return StepCall(self._issue(f"request:{name}", "signal-wait", spec,
+                                    result_type=Request, signal=signal))  # fmt: skip
+
+    def reply(self, request: Request, value: Any = None) -> StepCall[None]:
+        """Answer `request` with `value`, once (a recorded step; replay never answers again)."""
+        answer = self._x.encode(value, f"the answer to request {request.name!r}")
+        spec = Reply(request.id, "answered", answer, None)
+        return StepCall(self._issue(f"reply:{request.name}", "reply", spec))
+
+    def reject(self, request: Request, reason: str) -> StepCall[None]:
+        """Refuse `request`: the client's `app.request` raises `RequestRejected(reason)`."""
+        spec = Reply(request.id, "rejected", None, str(reason))
+        return StepCall(self._issue(f"reply:{request.name}", "reply", spec))
 
     # ---------------------------------------------------------------- events
 

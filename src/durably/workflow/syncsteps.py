@@ -21,6 +21,7 @@ from ..core.errors import WorkflowMisuseError
 from ..core.retry import RetryPolicy
 from . import values
 from .patching import deprecate_patch, patched
+from .requests import Request
 from .stepcontext import StepContext
 from .steps import ChildHandle, StepApi, Until
 from .syncflow import SyncDriver
@@ -201,6 +202,22 @@ class SyncStepApi:
             ),
             "ctx.step.send_signal",
         )
+
+    # As `StepApi`'s requests (SPEC §4.22).
+    def wait_for_request(self, name: str, *, timeout: Duration | None = None) -> Request | None:
+        """Wait durably for a request sent as `name`; None once `timeout` has passed."""
+        return self._call(
+            lambda: self._steps.wait_for_request(name, timeout=timeout),
+            "ctx.step.wait_for_request",
+        )
+
+    def reply(self, request: Request, value: Any = None) -> None:
+        """Answer `request` with `value`, once."""
+        self._call(lambda: self._steps.reply(request, value), "ctx.step.reply")
+
+    def reject(self, request: Request, reason: str) -> None:
+        """Refuse `request`: the client raises `RequestRejected(reason)`."""
+        self._call(lambda: self._steps.reject(request, reason), "ctx.step.reject")
 
     def set_event(self, key: str, value: Any) -> None:
         """Publish `value` as the run's event `key` (durable; the latest value wins)."""

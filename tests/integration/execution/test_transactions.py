@@ -166,6 +166,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         # PostgreSQL only: SQLite has no stored functions for other languages to call
         *(["0021_sql_api.sql"] if db_url.startswith("postgres") else []),
         "0022_streams.sql",
+        "0023_requests.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))

@@ -173,3 +173,26 @@ async def test_each_postgres_environment_has_a_schema_of_its_own(pg_url: str) ->
             "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'durably%'"
         ).fetchall()
     assert left == []
+
+
+# Requests (SPEC §4.22): answered in the environment; a wait for one times out by skipping.
+async def test_a_request_is_answered_and_a_wait_times_out_by_skipping(env_db: str) -> None:
+    app = Durably()
+
+    @app.workflow(name="desk", version="v1")
+    async def desk(ctx: WorkflowContext) -> str:
+        req = await ctx.step.wait_for_request("ask", timeout="2 days")
+        assert req is not None
+        await ctx.step.reply(req, f"hello {req.data}")
+        late = await ctx.step.wait_for_request("ask", timeout="2 days")
+        return "none" if late is None else "got"
+
+    async with Environment(app, database=env_db) as env:
+        start = env.now()
+        handle = await desk.start()
+        assert await app.request(handle.run_id, "ask", "ana", timeout="20s") == "hello ana"
+        await env.wait_until_idle()
+        jumped = await env.skip_time()  # the second wait times out
+        assert timedelta(days=1, hours=23) < jumped <= timedelta(days=2, seconds=1)
+        assert await handle.result(timeout="10s") == "none"
+        assert env.now() - start >= timedelta(days=2)

@@ -1302,3 +1302,26 @@ WITH lease AS (
 SELECT put."offset", (SELECT count(*) FROM step) AS recorded,
     (SELECT count(*) FROM notified) AS notified
 FROM put;
+-- ===== requests =====
+-- Requests with answers (SPEC §4.22, store/requests.py).
+
+-- name: find_request
+SELECT id FROM {schema}.requests WHERE run_id = :run_id AND idempotency_key = :idempotency_key;
+
+-- name: insert_request
+INSERT INTO {schema}.requests (id, run_id, name, idempotency_key)
+VALUES (:id, :run_id, :name, :idempotency_key);
+
+-- name: get_request
+SELECT id, run_id, name, status, answer::text AS answer, reason FROM {schema}.requests
+WHERE id = :id;
+
+-- name: answer_request
+-- Only a pending request takes an answer; its NOTIFY wakes the client waiting for it.
+WITH answered AS (
+    UPDATE {schema}.requests
+    SET status = :status, answer = CAST(:answer AS json), reason = :reason, answered_at = now()
+    WHERE id = :id AND run_id = :run_id AND status = 'pending'
+    RETURNING run_id
+)
+SELECT pg_notify(:channel, 'event:' || run_id) AS notified FROM answered;

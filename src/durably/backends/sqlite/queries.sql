@@ -952,3 +952,21 @@ ORDER BY "offset" LIMIT :limit;
 -- name: stream_list
 SELECT key, next_offset AS length, closed_at IS NOT NULL AS closed FROM {schema}_streams
 WHERE run_id = :run_id ORDER BY key;
+-- ===== requests =====
+-- Requests with answers (SPEC §4.22, store/requests.py).
+
+-- name: find_request
+SELECT id FROM {schema}_requests WHERE run_id = :run_id AND idempotency_key = :idempotency_key;
+
+-- name: insert_request
+INSERT INTO {schema}_requests (id, run_id, name, idempotency_key)
+VALUES (:id, :run_id, :name, :idempotency_key);
+
+-- name: get_request
+SELECT id, run_id, name, status, answer, reason FROM {schema}_requests WHERE id = :id;
+
+-- name: answer_request
+UPDATE {schema}_requests
+SET status = :status, answer = :answer, reason = :reason, answered_at = now()
+WHERE id = :id AND run_id = :run_id AND status = 'pending'
+RETURNING 1 AS notified;
