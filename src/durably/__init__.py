@@ -46,6 +46,7 @@ from .core.retry import RetryPolicy
 from .store.models import Run, StepAttempt
 from .worker.worker import Worker
 from .workflow.context import WorkflowContext
+from .workflow.continues import ContinueAsNew
 from .workflow.queue import Queue
 from .workflow.stepcontext import Fence, StepContext
 from .workflow.steps import ChildHandle
@@ -55,6 +56,7 @@ __all__ = [
     "ChildHandle",
     "ChildWorkflowError",
     "ConfigurationError",
+    "ContinueAsNew",
     "DatabaseUnavailable",
     "DeadlineExceeded",
     "Durably",

@@ -15,6 +15,7 @@ from ..store.models import Run, StepAttempt
 
 COLOURS = {
     "pending": "yellow", "running": "cyan", "waiting": "blue", "held": "bright_red",
+    "continued": "bright_green",
     "completed": "green", "failed": "red", "canceled": "magenta", "abandoned": "bright_black",
 }  # fmt: skip
 

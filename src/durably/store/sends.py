@@ -13,6 +13,7 @@ from typing import Any
 from ..backends import Connector, Fetched, Row, Sent, Tx
 from ..core.codec import decode, encode
 from ..core.errors import InvalidInput, LeaseLostError, RunNotFound, RunTerminalError
+from .models import TERMINAL
 from .records import Lease, PendingStep
 from .steps import StepRecords
 
@@ -120,7 +121,7 @@ class Sends:
         rows = await tx.fetch("get_run_to_signal", run_id=run_id)
         if not rows:
             raise RunNotFound(f"no run with id {run_id!r}")
-        if rows[0]["status"] in ("completed", "failed", "canceled"):
+        if rows[0]["status"] in TERMINAL:
             raise RunTerminalError(run_id, rows[0]["status"], action)
 
     async def lock_signal(self, tx: Tx, name: str) -> None:

@@ -21,9 +21,10 @@ from typing import Any
 from ..backends import Connector, Row, Tx
 from ..core.codec import canonical, decode, encode
 from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
+from .continues import RunContinues
 from .ends import RunEnds
 from .giveback import GiveBacks
-from .models import Run, StepAttempt
+from .models import TERMINAL, Run, StepAttempt
 from .records import Lease, NewRun
 from .sends import Sends
 from .steps import StepRecords
@@ -41,6 +42,7 @@ class Store:
         self.sends = Sends(connector, namespace, self.channel, self.steps)
         self.givebacks = GiveBacks(connector, self.sends)
         self.ends = RunEnds(connector, self.channel)
+        self.continues = RunContinues(connector, self.channel, self.ends)
 
     # ----------------------------------------------------------------- client side
 
@@ -75,8 +77,14 @@ class Store:
             idempotency_key=new.idempotency_key,
         )
         run = Run.from_row(existing[0])
+        # The key of a chain of runs that continued as new is its newest run's (see
+        # store/continues.py); the input it is compared with, the chain's first run's.
+        started = run.input
+        if existing[0].get("chain_root"):
+            root = await tx.fetch("get_run", run_id=existing[0]["chain_root"])
+            started = decode(root[0]["input"]) if root else decode(new.input_json)  # purged
         # Equal inputs are equal whatever their keys' order (canonical JSON, SPEC §4.20).
-        if canonical(run.input) != canonical(decode(new.input_json)):
+        if canonical(started) != canonical(decode(new.input_json)):
             raise IdempotencyConflictError(
                 f"idempotency key {new.idempotency_key!r} already started run {run.run_id} "
                 f"of {new.workflow!r} with a different input; use another key"
@@ -149,7 +157,7 @@ class Store:
             root = [r for r in await tx.fetch("lock_tree", run_id=run_id) if r["id"] == run_id]
             if not root:
                 raise RunNotFound(f"no run with id {run_id!r}")
-            if root[0]["status"] in ("completed", "failed", "canceled"):
+            if root[0]["status"] in TERMINAL:
                 raise RunTerminalError(run_id, root[0]["status"], "cancel")
             canceled = await tx.fetch(
                 "cancel_tree", run_id=run_id, error=encode(error, "error"),
