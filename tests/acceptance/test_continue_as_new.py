@@ -26,3 +26,10 @@ def test_a_worker_killed_at_the_continue(procs: Procs, tmp_path: Path) -> None:
     assert Counter(r.status for r in runs) == {"continued": seed.CHAIN_LAST, "completed": 1}
     assert sorted(r.input for r in runs) == list(range(seed.CHAIN_LAST + 1))  # each once
     client.close()
+    # The CLI shows the chain's links and lists its continued runs.
+    shown = procs.json("show", first)["run"]
+    assert shown["status"] == "continued" and "continued_from" not in shown
+    second = shown["continued_as"]
+    text = procs.cli("show", second).stdout
+    assert f"continued_from {first}" in text and "continued_as " in text
+    assert len(procs.json("runs", "--status", "continued")) == seed.CHAIN_LAST

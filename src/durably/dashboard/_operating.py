@@ -34,7 +34,8 @@ def _hidden(csrf: str) -> str:
 
 
 def lineage(run: Run, steps: list[StepAttempt]) -> list[tuple[str, str]]:
-    """Rows for the run's table: its parent, its children, when a pending run is due."""
+    """Rows for the run's table: its parent, its children, when a pending run is due, the
+    runs it continues and is continued as."""
     rows = []
     if run.parent_run_id:
         rows.append(("parent", _link(run.parent_run_id)))
@@ -45,6 +46,10 @@ def lineage(run: Run, steps: list[StepAttempt]) -> list[tuple[str, str]]:
         rows.append(("due at", _when(run.available_at)))
     if run.status == "waiting" and run.wake_at is not None:
         rows.append(("wakes at", _when(run.wake_at)))
+    if run.continued_from:  # its chain of continue-as-new runs (SPEC §4.23)
+        rows.append(("continued from", _link(run.continued_from)))
+    if run.continued_as:
+        rows.append(("continued as", _link(run.continued_as)))
     return rows
 
 
