@@ -148,15 +148,24 @@ class Store:
     async def cancel(self, run_id: str, error: dict[str, Any]) -> Run:
         # A cancel locks a whole tree; a run of it ending, or a record of it being written,
         # may lock the same rows in another order: aborted, it is run again.
-        return await self.db.retrying(lambda: self._cancel(run_id, error), "cancel")
+        # A run that continued as new: the cancel follows its chain to the live run.
+        while True:
+            done = await self.db.retrying(lambda i=run_id: self._cancel(i, error), "cancel")
+            if isinstance(done, Run):
+                return done
+            run_id = done
 
-    async def _cancel(self, run_id: str, error: dict[str, Any]) -> Run:
+    async def _cancel(self, run_id: str, error: dict[str, Any]) -> Run | str:
         async with self.db.transaction() as tx:
             # The whole tree is locked first, in id order (see `lock_tree`): a cancel and
             # the end of a run of the tree never deadlock.
             root = [r for r in await tx.fetch("lock_tree", run_id=run_id) if r["id"] == run_id]
             if not root:
                 raise RunNotFound(f"no run with id {run_id!r}")
+            if root[0]["status"] == "continued":
+                [row] = await tx.fetch("get_run", run_id=run_id)
+                continued_as: str = decode(row["output"])["continued_as"]
+                return continued_as
             if root[0]["status"] in TERMINAL:
                 raise RunTerminalError(run_id, root[0]["status"], "cancel")
             canceled = await tx.fetch(

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from durably import ContinueAsNew, Durably, InvalidInput, Run, RunFailedError
-from tests.helpers import scaled
+from tests.helpers import eventually, scaled
 
 
 class Count(BaseModel):
@@ -161,3 +161,46 @@ async def test_a_parent_waits_for_its_childs_chain(db_url: str) -> None:
     async with app, app.worker():
         handle = await parent.start()
         assert await handle.result(timeout=scaled(60)) == 10
+
+
+async def test_a_signal_to_a_run_that_continued_reaches_its_chain(db_url: str) -> None:
+    """A handle of the first run still signals the chain: the send follows it to the run
+    that is live now (`delivered_to` names that run)."""
+    app = Durably(db_url)
+
+    @app.workflow(name="later", version="v1")
+    async def later(ctx: Any, gen: int) -> Any:
+        if gen == 0:
+            ctx.continue_as_new(1)
+        return await ctx.step.wait_for_signal("late", timeout="30s")
+
+    async with app, app.worker():
+        handle = await later.start(0)
+        await eventually(lambda: _continued(app, handle.run_id), what="the continue")
+        sent = await handle.signal("late", "hello")
+        runs = await _chain(app, handle.run_id)
+        assert sent["delivered_to"] in ([runs[-1].run_id], [])
+        assert await handle.result(timeout=scaled(30)) == "hello"
+
+
+async def _continued(app: Durably, run_id: str) -> bool:
+    return (await app.get_run(run_id)).status == "continued"
+
+
+async def test_a_cancel_of_a_run_that_continued_cancels_its_chain(db_url: str) -> None:
+    app = Durably(db_url)
+
+    @app.workflow(name="endless", version="v1")
+    async def endless(ctx: Any, gen: int) -> None:
+        if gen == 0:
+            ctx.continue_as_new(1)
+        await ctx.step.sleep("forever", "1 day")
+
+    async with app, app.worker():
+        handle = await endless.start(0)
+        await eventually(lambda: _continued(app, handle.run_id), what="the continue")
+        canceled = await handle.cancel()
+        assert canceled.status == "canceled" and canceled.continued_from == handle.run_id
+        with pytest.raises(RunFailedError) as caught:
+            await handle.result(timeout=scaled(30))
+        assert caught.value.status == "canceled"
