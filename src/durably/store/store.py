@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from ..backends import Connector, Row, Tx
@@ -150,7 +151,7 @@ class Store:
         # may lock the same rows in another order: aborted, it is run again.
         # A run that continued as new: the cancel follows its chain to the live run.
         while True:
-            done = await self.db.retrying(lambda i=run_id: self._cancel(i, error), "cancel")
+            done = await self.db.retrying(partial(self._cancel, run_id, error), "cancel")
             if isinstance(done, Run):
                 return done
             run_id = done

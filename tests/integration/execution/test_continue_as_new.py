@@ -22,7 +22,7 @@ class Count(BaseModel):
 def _counter(app: Durably) -> Any:
     @app.workflow(name="count", version="v1")
     async def count(ctx: Any, c: Count) -> int:
-        total = await ctx.step.run("add", lambda: c.total + c.n)
+        total: int = await ctx.step.run("add", lambda: c.total + c.n)
         if c.n > 1:
             ctx.continue_as_new(Count(n=c.n - 1, total=total))
         return total
@@ -85,7 +85,7 @@ async def test_an_input_that_does_not_fit_fails_the_run(db_url: str) -> None:
     app = Durably(db_url)
 
     @app.workflow(name="bad", version="v1")
-    async def bad(ctx: Any, c: Count) -> int:
+    async def bad(ctx: Any, c: Count) -> None:
         ctx.continue_as_new({"n": "not a number"})
 
     async with app, app.worker():
