@@ -165,6 +165,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         "0020_parked_on.sql",
         # PostgreSQL only: SQLite has no stored functions for other languages to call
         *(["0021_sql_api.sql"] if db_url.startswith("postgres") else []),
+        "0024_continued.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))
