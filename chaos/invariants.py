@@ -82,7 +82,7 @@ def check_all(ev: Evidence) -> list[Check]:
     return [check_states(ev), check_lost(ev), check_stuck(ev), check_running(ev),
             check_completed_once(ev), check_effects(ev), check_executions(ev), check_fences(ev),
             check_after_cancel(ev), check_signals(ev), check_requests(ev), check_compensations(ev),
-            check_children(ev), check_deploys(ev), check_deaths(ev)]  # fmt: skip
+            check_children(ev), check_deploys(ev), check_deaths(ev), check_chains(ev)]  # fmt: skip
 
 
 def _by_key(ev: Evidence) -> dict[str, Run]:
@@ -118,14 +118,46 @@ def check_lost(ev: Evidence) -> Check:
         if plan.driver_error:
             c.expect(False, f"{plan.key} {plan.run_id}: a client call failed: {plan.driver_error}")
             continue
-        c.expect(run is not None and plan.run_id in (None, run.run_id),
+        c.expect(run is not None and plan.run_id in (None, run.run_id, _root(ev, run)),
                  f"{plan.key}: started as {plan.run_id}, the engine has "
                  f"{run.run_id if run else 'no run'}")  # fmt: skip
     for run in ev.runs:
-        if run.idempotency_key is None:
-            c.expect(run.parent_run_id in ids, f"{run.run_id}: a run no one started")
+        if run.idempotency_key is None:  # a child, or a run of a chain the newest holds
+            c.expect(run.parent_run_id in ids or run.continued_as in ids,
+                     f"{run.run_id}: a run no one started")  # fmt: skip
         elif run.idempotency_key not in ev.plans:
             c.expect(False, f"{run.run_id}: key {run.idempotency_key} was never used")
+    return c
+
+
+def _root(ev: Evidence, run: Run) -> str:
+    """The first run of `run`'s chain of continue-as-new runs."""
+    by_id = {r.run_id: r for r in ev.runs}
+    while run.continued_from in by_id:
+        run = by_id[run.continued_from]
+    return run.run_id
+
+
+def check_chains(ev: Evidence) -> Check:
+    c = Check("each chain of continue-as-new runs ran each generation once, and ended once")
+    by_id = {r.run_id: r for r in ev.runs}
+    chained = 0
+    for plan in ev.plans.values():
+        if plan.workflow != "chaos-chain" or plan.run_id not in by_id:
+            continue
+        runs = [by_id[plan.run_id]]
+        while runs[-1].continued_as in by_id:
+            runs.append(by_id[runs[-1].continued_as])
+        chained += len(runs)
+        gens = [r.input["gen"] for r in runs]
+        last = runs[-1]
+        c.expect(gens == list(range(len(runs))) and last.continued_as is None
+                 and all(r.status == "continued" for r in runs[:-1])
+                 and (last.status != "completed" or len(runs) == len(plan.spec["values"])),
+                 f"{plan.key} {plan.run_id}: generations {gens}, statuses "
+                 f"{[r.status for r in runs]}")  # fmt: skip
+    found = sum(r.workflow == "chaos-chain" for r in ev.runs)
+    c.expect(found == chained, f"{found} chaos-chain runs, {chained} in the plans' chains")
     return c
 
 

@@ -296,6 +296,17 @@ async def deadline_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> str:
     return str(await ctx.step.run("never", act, "never"))
 
 
+@app.workflow(name="chaos-chain")
+async def chain_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> int:
+    """Continue-as-new (SPEC §4.23): generation `gen` runs one step and continues as the
+    next, the last returns the sum of every generation's value."""
+    got: int = await ctx.step.run("generation", work, spec["values"][spec["gen"]], spec["millis"])
+    total = int(spec["total"]) + got
+    if spec["gen"] < len(spec["values"]) - 1:
+        ctx.continue_as_new({**spec, "gen": spec["gen"] + 1, "total": total})
+    return total
+
+
 COMPENSABLE = {"reserve", "charge", "prepare"}
 CHILD_MODES = {"ok": "completed", "bad": "failed", "slow": "canceled"}  # child status by name
 
@@ -387,18 +398,25 @@ def _deadline(rng: random.Random) -> Plan:
                 expect_error="DeadlineExceeded", deadline_s=rng.uniform(1.5, 4))  # fmt: skip
 
 
+def _chain(rng: random.Random) -> Plan:
+    values = [rng.randrange(1000) for _ in range(rng.randint(2, 6))]
+    spec = {"values": values, "gen": 0, "total": 0, "millis": rng.choice([0, 10, 200])}
+    return Plan("", "chaos-chain", spec, expect_output=sum(values))
+
+
 def make_plan(rng: random.Random, number: int) -> Plan:
     """The plan of the `number`-th run: a random kind of the mixed workload."""
     key = f"c{number:05d}"
     kind = rng.choices(["steps", "gather", "signals", "children", "ledger", "saga", "deadline",
-                        "requests"], [3, 3, 2, 1.5, 2, 1.5, 0.7, 1])[0]  # fmt: skip
+                        "requests", "chain"],
+                       [3, 3, 2, 1.5, 2, 1.5, 0.7, 1, 1.5])[0]  # fmt: skip
     if kind == "requests":
         plan = Plan("", "chaos-requests", {}, expect_output=[1, 2])
     elif kind == "signals":
         plan = _signals(rng, key)
     else:
         make = {"steps": _steps, "gather": _gather, "children": _children, "ledger": _ledger,
-                "saga": _saga, "deadline": _deadline}[kind]  # fmt: skip
+                "saga": _saga, "deadline": _deadline, "chain": _chain}[kind]  # fmt: skip
         plan = make(rng)
     plan.key = key
     if plan.cancel_after is None and plan.deadline_s is None and rng.random() < 0.06:

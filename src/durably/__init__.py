@@ -47,6 +47,7 @@ from .core.retry import RetryPolicy
 from .store.models import Run, StepAttempt
 from .worker.worker import Worker
 from .workflow.context import WorkflowContext
+from .workflow.continues import ContinueAsNew
 from .workflow.queue import Queue
 from .workflow.requests import Request
 from .workflow.stepcontext import Fence, StepContext
@@ -57,6 +58,7 @@ __all__ = [
     "ChildHandle",
     "ChildWorkflowError",
     "ConfigurationError",
+    "ContinueAsNew",
     "DatabaseUnavailable",
     "DeadlineExceeded",
     "Durably",

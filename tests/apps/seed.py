@@ -319,3 +319,25 @@ def tick(ctx: StepContext) -> None:
 @app.workflow(name="ticker", version="v1")
 async def ticker(ctx: Any) -> None:
     await ctx.step.run("ticking", tick)
+
+
+# ----- continue-as-new (SPEC §4.23) -----
+CHAIN_LAST = 6
+
+
+def _generation(gen: int) -> int:
+    return gen
+
+
+@app.workflow(name="chain", version="v1")
+async def chain(ctx: Any, gen: int) -> int:
+    """Generations 0..CHAIN_LAST, each continuing as the next; KILL_AT_CONTINUE (a marker
+    path): the worker dies as generation 3 is about to continue, once."""
+    got = await ctx.step.run("generation", _generation, gen)
+    marker = os.environ.get("KILL_AT_CONTINUE")
+    if gen == 3 and marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), 9)
+    if got < CHAIN_LAST:
+        ctx.continue_as_new(got + 1)
+    return int(got)

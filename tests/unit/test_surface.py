@@ -22,6 +22,7 @@ def test_exported_names() -> None:
         "ChildHandle", "StepLimitExceeded", "StepTimeout", "WorkflowMisuseError",
         "Queue",
         "SignalNotFound",
+        "ContinueAsNew",
         "SyncChildHandle", "SyncStepApi", "SyncWorkflowContext",
         "Request", "RequestRejected",
     ])  # fmt: skip

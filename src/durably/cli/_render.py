@@ -15,6 +15,7 @@ from ..store.models import Run, StepAttempt
 
 COLOURS = {
     "pending": "yellow", "running": "cyan", "waiting": "blue", "held": "bright_red",
+    "continued": "bright_green",
     "completed": "green", "failed": "red", "canceled": "magenta", "abandoned": "bright_black",
 }  # fmt: skip
 
@@ -59,6 +60,10 @@ def run_summary(run: Run) -> None:
         console.print(Text(f"error  {run.error.get('type')}: {run.error.get('message')}", "red"))
     if run.waiting_for:
         console.print(f"waiting for {run.waiting_for} (until {_when(run.wake_at)})")
+    if run.continued_from:  # continue-as-new (SPEC §4.23): the links of the run's chain
+        console.print(f"continued_from {run.continued_from}")
+    if run.continued_as:
+        console.print(f"continued_as {run.continued_as}")
 
 
 def timeline(run: Run, steps: list[StepAttempt], width: int = 30) -> None:

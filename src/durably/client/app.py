@@ -377,7 +377,8 @@ class App:
 
     async def cancel(self, run_id: str) -> Run:
         """Cancel a run and its children; a step in flight is interrupted. A held run
-        ends too; its undos run once code that matches its history claims it.
+        ends too; its undos run once code that matches its history claims it. A run that
+        continued as new: the live run of its chain is canceled (and returned).
 
         Raises:
             RunNotFound: no such run.

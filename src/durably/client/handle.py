@@ -10,6 +10,7 @@ from ..core.codec import validate
 from ..core.durations import Duration, parse_duration
 from ..core.errors import RunFailedError, WorkflowTimeoutError
 from ..core.limits import TimeUp, within
+from ..store.continues import follow
 from ..store.endwatch import EndWatch
 from ..store.models import Run
 from ..store.records import NewRun
@@ -101,7 +102,9 @@ class RunHandle(Generic[Out]):
 
     async def wait(self, timeout: Duration | None = None) -> Run:
         """Wait until the run has ended (a canceled run: its compensations too); the run.
-        A held run has not ended: it waits for code that matches its history.
+        A held run has not ended: it waits for code that matches its history. A run that
+        continued as new has not either: this waits for the end of its chain (SPEC §4.23)
+        and returns the chain's last run (its `run_id` is that run's).
 
         Raises:
             WorkflowTimeoutError: `timeout` passed first.
@@ -112,7 +115,7 @@ class RunHandle(Generic[Out]):
     async def _wait(self, timeout: Duration | None) -> Run:
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
         if limit is not None and limit <= 0:  # no waiting: the run as it is, once
-            run = await self.get()
+            run = await follow(self.app.get_run, await self.get())
             if run.done:
                 return run
             raise self._timed_out(limit, run)
@@ -128,12 +131,17 @@ class RunHandle(Generic[Out]):
 
     async def _until_done(self, read: list[Run]) -> Run:
         await self.app.open()  # before listening: a bad database fails here, as a read would
-        async with self.app.end_watch.watching(self.run_id) as waiter:
-            while True:
-                read[:] = [await self.get()]
-                if read[0].done:
-                    return read[0]
-                await waiter.wait(None)
+        run_id: str | None = self.run_id
+        while run_id is not None:  # along the chain of runs that continued as new
+            async with self.app.end_watch.watching(run_id) as waiter:
+                while True:
+                    read[:] = [await self.get() if run_id == self.run_id
+                               else await self.app.get_run(run_id)]  # fmt: skip
+                    if read[0].done:
+                        break
+                    await waiter.wait(None)
+            run_id = read[0].continued_as
+        return read[0]
 
     async def result(self, timeout: Duration | None = None) -> Out:
         """Wait for the run to finish; its output, as the workflow's return type.

@@ -9,7 +9,9 @@ that lifecycle was writing (the run's end writes the records still in flight wit
 canceled first undoes its completed steps (`compensations`), newest first. A misused
 workflow fails for good; one whose replay does not match its history (a deploy mistake) is
 held, not failed (`_hold`). A stop that lets the run go (a lost lease, a drain) writes
-nothing but a drain's release: someone else continues the run.
+nothing but a drain's release: someone else continues the run. A workflow that raised
+`ContinueAsNew` ends `continued` and its chain's next run is inserted with that end
+(`continue_as_new`; store/continues.py); a next input that does not fit fails the run.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,10 +33,11 @@ from ..core.errors import (
     is_misuse,
     message,
 )
-from ..core.retry import RetryPolicy
 from ..store.recorder import StepRecorder
 from ..store.records import RunEnd
 from ..workflow.commands import Command, cancelled_issuer, never_awaited
+from ..workflow.continues import ContinueAsNew
+from ..workflow.definition import Definition
 from .claimed import Claimed
 from .compensations import run_compensation
 from .lifecycles import CommandTasks
@@ -61,7 +65,7 @@ class Ending:
         tasks: CommandTasks,
         commands: Mapping[int, Command],
         row: Row,
-        retry: RetryPolicy,
+        workflow: Definition[Any, Any],
         recorder: StepRecorder,
         on_park: Callable[[float | None], None],
         collect_only: bool,
@@ -71,7 +75,7 @@ class Ending:
         self._tasks = tasks  # quiesced before an end, concluded as it is written
         self._commands = commands  # every command the workflow issued, by position
         self._row = row  # the run as claimed
-        self._retry = retry  # the workflow's policy
+        self._workflow = workflow  # its retry policy; the input a continue gives
         self._recorder = recorder  # an end without children is group-committed
         self._on_park = on_park  # when the run is to be claimed again (seconds from now)
         self._collect_only = collect_only  # the claim only undoes: the run ends canceled
@@ -138,7 +142,7 @@ class Ending:
             await self._fail(WorkflowMisuseError("the workflow's task was cancelled"), retry=False)
             return
         error = main.exception()
-        if error is not None:
+        if error is not None and not isinstance(error, ContinueAsNew):
             # A misuse, or a value refused (signal data that does not fit its type), is
             # refused again by every attempt, which replays it: the run fails for good.
             await self._fail(error, retry=not is_misuse(error))
@@ -148,12 +152,40 @@ class Ending:
         if forgotten:  # returned (not dropped) or kept to the end, never awaited
             await self._fail(never_awaited(forgotten[0]), retry=False)
             return
+        if isinstance(error, ContinueAsNew):
+            await self.continue_as_new(error)
+            return
         try:
             out = self._x.encode(main.result(), "the workflow's result", history=False)
         except InvalidInput as exc:
             await self._fail(exc, retry=False)
             return
         await self._finish("completed", output_json=out)
+
+    async def continue_as_new(self, request: ContinueAsNew) -> None:
+        """End the run `continued` and start its chain's next run with the input asked for,
+        in one transaction. That input is validated as a start's: one that does not fit
+        fails the run for good (every attempt would ask for it again)."""
+        x = self._x
+        wf = self._workflow
+        try:
+            if not wf.takes_input and request.input is not None:
+                raise InvalidInput(f"workflow {wf.name!r} takes no input")
+            value = wf.parse_input(request.input) if wf.takes_input else None
+            input_json = x.encode(value, "the next run's input", history=False)
+        except Exception as exc:  # InvalidInput, or a validator's own error
+            await self._fail(exc, retry=False)
+            return
+        self._tasks.concluded = True
+        next_id = uuid.uuid4().hex
+        key = self._row.get("idempotency_key")
+        if await x.store.continues.continue_run(x.lease, next_id, input_json, key,
+                                                x.log.in_flight()):  # fmt: skip
+            log.info("run %s continued as %s", x.run_id, next_id)
+            return
+        log.warning("run %s was canceled as it continued as new", x.run_id)
+        await self._compensate()
+        await x.store.ends.finish_run(x.lease, "canceled", None, None, children=True)
 
     async def _fail(self, error: BaseException, retry: bool) -> None:
         x = self._x
@@ -162,7 +194,7 @@ class Ending:
         attempts = self._row["attempts"]
         if retry and attempts < self._row["max_attempts"]:
             # Its waits end with it, in the retry's transaction (see `RunEnds.retry_run`).
-            delay = self._retry.delay(attempts).total_seconds()
+            delay = self._workflow.retry.delay(attempts).total_seconds()
             log.warning("run %s: attempt %d failed (%s: %s); retrying in %gs", x.run_id,
                         attempts, described["type"], described["message"], delay)  # fmt: skip
             self._tasks.concluded = True

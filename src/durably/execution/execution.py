@@ -140,7 +140,7 @@ class Execution:
             self._changed, self.collect_only,
         )  # fmt: skip
         self.ending = Ending(
-            self, self.tasks, self.commands, row, workflow.retry, recorder, on_park,
+            self, self.tasks, self.commands, row, workflow, recorder, on_park,
             self.collect_only, hold_mismatches,
         )  # fmt: skip
 

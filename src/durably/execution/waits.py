@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core.codec import canonical, decode
 from ..core.errors import InvalidInput, RunNotFound, RunTerminalError, StepFailedError, describe
+from ..store.continues import follow
 from ..store.operations import RESUMABLE, Operations
 from ..store.records import NewRun, PendingStep
 from ..workflow.commands import (
@@ -224,7 +225,8 @@ async def _undone(x: Claimed, run_id: str) -> bool:
 async def check_child(
     x: Claimed, cmd: Command, attempt: int, child_id: str, wake_at: datetime | None
 ) -> None:
-    child = await x.store.get_run(child_id)
+    # A child that continued as new: its chain's end is the outcome (store/continues.py).
+    child = await follow(x.store.get_run, await x.store.get_run(child_id))
     if not child.terminal and (wake_at is None or wake_at > x.now()):
         cmd.wait = Wait(wake_at, f"child:{child.run_id}", attempt=attempt,
                         child_run_id=child.run_id, ended_by=child.run_id)  # fmt: skip
@@ -235,7 +237,7 @@ async def check_child(
         try:
             child = await x.store.cancel(child.run_id, TIMED_OUT)
         except RunTerminalError:
-            child = await x.store.get_run(child_id)
+            child = await follow(x.store.get_run, await x.store.get_run(child.run_id))
     if child.status == "completed":
         out = x.encode(child.output, "a child's result")
         await _resolve_wait(x, cmd, attempt, None, output=out)

@@ -13,8 +13,10 @@ from ..core.codec import decode
 REQUEST_PREFIX = "durably:request:"
 
 # `held`: its replay did not match its history; it waits for code that does (SPEC §4.2).
-STATUSES = ("pending", "running", "waiting", "held", "completed", "failed", "canceled")
-TERMINAL = frozenset({"completed", "failed", "canceled"})
+# `continued`: it ended by continue-as-new (§4.23); its chain goes on in `continued_as`.
+STATUSES = ("pending", "running", "waiting", "held", "continued", "completed", "failed",
+            "canceled")  # fmt: skip
+TERMINAL = frozenset({"continued", "completed", "failed", "canceled"})
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -58,10 +60,19 @@ class Run:
     concurrency_key: str | None = None
     priority: int = 0
     resumes: tuple[int, ...] = ()  # the workflow attempts that began by `app.resume`
+    continued_from: str | None = None  # the run this one continues as new (§4.23)
+
+    @property
+    def continued_as(self) -> str | None:
+        """The run that continues this one as new (status `continued`), else None."""
+        if self.status != "continued" or not isinstance(self.output, dict):
+            return None
+        next_id = self.output.get("continued_as")
+        return next_id if isinstance(next_id, str) else None
 
     @property
     def terminal(self) -> bool:
-        """True once the run completed, failed or was canceled."""
+        """True once the run completed, failed, was canceled or continued as new."""
         return self.status in TERMINAL
 
     @property
@@ -84,11 +95,18 @@ class Run:
             compensating=bool(row.get("compensating")),
             queue=row.get("queue"), concurrency_key=row.get("concurrency_key"),
             priority=row.get("priority") or 0, resumes=tuple(decode(row.get("resumes")) or ()),
+            continued_from=row.get("continued_from"),
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The run as JSON-ready data (the CLI's `--json` run document)."""
-        return _to_dict(self)
+        """The run as JSON-ready data (the CLI's `--json` run document); `continued_as`
+        and `continued_from` only where set (SPEC §5)."""
+        out = _to_dict(self)
+        if out["continued_from"] is None:
+            del out["continued_from"]
+        if self.continued_as is not None:
+            out["continued_as"] = self.continued_as
+        return out
 
 
 @dataclass(frozen=True)

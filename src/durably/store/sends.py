@@ -13,6 +13,7 @@ from typing import Any
 from ..backends import Connector, Fetched, Row, Sent, Tx
 from ..core.codec import decode, encode
 from ..core.errors import InvalidInput, LeaseLostError, RunNotFound, RunTerminalError
+from .models import TERMINAL
 from .records import Lease, PendingStep
 from .steps import StepRecords
 
@@ -92,7 +93,7 @@ class Sends:
         duplicate = sent is not None
         if sent is None:
             if run_id is not None:
-                await self._live_run(tx, run_id, "signal")
+                run_id = await self._live_run(tx, run_id, "signal")
             sent = await tx.send(
                 "send_signal",
                 **self._signal_params(name, data_json, idempotency_key, run_id, expires_s),
@@ -113,15 +114,24 @@ class Sends:
             "channel": self.channel, "token": uuid.uuid4().hex,
         }  # fmt: skip
 
-    async def _live_run(self, tx: Tx, run_id: str, action: str) -> None:
+    async def _live_run(self, tx: Tx, run_id: str, action: str) -> str:
         """Lock the run against a concurrent end until `tx` ends; refuse a finished one.
         The lock is the one the send takes next to wake the run (a share lock taken first
-        made two sends to one run each wait for the other's: a deadlock)."""
-        rows = await tx.fetch("get_run_to_signal", run_id=run_id)
-        if not rows:
-            raise RunNotFound(f"no run with id {run_id!r}")
-        if rows[0]["status"] in ("completed", "failed", "canceled"):
-            raise RunTerminalError(run_id, rows[0]["status"], action)
+        made two sends to one run each wait for the other's: a deadlock). A run that
+        continued as new is followed along its chain (SPEC §4.23): the id returned is the
+        run the send addresses. Each run of it is locked in turn, oldest first: only a
+        continue writes the next, after its own end, so no lock is waited for in reverse."""
+        while True:
+            rows = await tx.fetch("get_run_to_signal", run_id=run_id)
+            if not rows:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            status = rows[0]["status"]
+            if status == "continued":
+                run_id = decode(rows[0]["output"])["continued_as"]
+                continue
+            if status in TERMINAL:
+                raise RunTerminalError(run_id, status, action)
+            return run_id
 
     async def lock_signal(self, tx: Tx, name: str) -> None:
         """Serialize with every send and wait on `name` until `tx` ends."""

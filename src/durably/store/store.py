@@ -16,14 +16,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from ..backends import Connector, Row, Tx
 from ..core.codec import canonical, decode, encode
 from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
+from .continues import RunContinues
 from .ends import RunEnds
 from .giveback import GiveBacks
-from .models import Run, StepAttempt
+from .models import TERMINAL, Run, StepAttempt
 from .records import Lease, NewRun
 from .requests import Requests
 from .sends import Sends
@@ -43,6 +45,7 @@ class Store:
         self.givebacks = GiveBacks(connector, self.sends)
         self.requests = Requests(connector, self.channel, self.sends)
         self.ends = RunEnds(connector, self.channel)
+        self.continues = RunContinues(connector, self.channel, self.ends)
 
     # ----------------------------------------------------------------- client side
 
@@ -77,8 +80,14 @@ class Store:
             idempotency_key=new.idempotency_key,
         )
         run = Run.from_row(existing[0])
+        # The key of a chain of runs that continued as new is its newest run's (see
+        # store/continues.py); the input it is compared with, the chain's first run's.
+        started = run.input
+        if existing[0].get("chain_root"):
+            root = await tx.fetch("get_run", run_id=existing[0]["chain_root"])
+            started = decode(root[0]["input"]) if root else decode(new.input_json)  # purged
         # Equal inputs are equal whatever their keys' order (canonical JSON, SPEC §4.20).
-        if canonical(run.input) != canonical(decode(new.input_json)):
+        if canonical(started) != canonical(decode(new.input_json)):
             raise IdempotencyConflictError(
                 f"idempotency key {new.idempotency_key!r} already started run {run.run_id} "
                 f"of {new.workflow!r} with a different input; use another key"
@@ -142,16 +151,25 @@ class Store:
     async def cancel(self, run_id: str, error: dict[str, Any]) -> Run:
         # A cancel locks a whole tree; a run of it ending, or a record of it being written,
         # may lock the same rows in another order: aborted, it is run again.
-        return await self.db.retrying(lambda: self._cancel(run_id, error), "cancel")
+        # A run that continued as new: the cancel follows its chain to the live run.
+        while True:
+            done = await self.db.retrying(partial(self._cancel, run_id, error), "cancel")
+            if isinstance(done, Run):
+                return done
+            run_id = done
 
-    async def _cancel(self, run_id: str, error: dict[str, Any]) -> Run:
+    async def _cancel(self, run_id: str, error: dict[str, Any]) -> Run | str:
         async with self.db.transaction() as tx:
             # The whole tree is locked first, in id order (see `lock_tree`): a cancel and
             # the end of a run of the tree never deadlock.
             root = [r for r in await tx.fetch("lock_tree", run_id=run_id) if r["id"] == run_id]
             if not root:
                 raise RunNotFound(f"no run with id {run_id!r}")
-            if root[0]["status"] in ("completed", "failed", "canceled"):
+            if root[0]["status"] == "continued":
+                [row] = await tx.fetch("get_run", run_id=run_id)
+                continued_as: str = decode(row["output"])["continued_as"]
+                return continued_as
+            if root[0]["status"] in TERMINAL:
                 raise RunTerminalError(run_id, root[0]["status"], "cancel")
             canceled = await tx.fetch(
                 "cancel_tree", run_id=run_id, error=encode(error, "error"),

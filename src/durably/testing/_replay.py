@@ -189,7 +189,7 @@ class _Replayer:
 
     def check_end(self, status: str, ended: bool) -> None:
         """A finished run's history is complete: steps beyond it are a change."""
-        if status not in ("completed", "failed", "canceled"):
+        if status not in ("continued", "completed", "failed", "canceled"):
             return
         for position, cmd in sorted(self.commands.items()):
             if cmd.recorded is None:
@@ -197,7 +197,7 @@ class _Replayer:
                     position, f"the end of the run's history (the run {status})",
                     f"{cmd.kind} step {cmd.name!r}",
                 )  # fmt: skip
-        if not ended and status == "completed":
+        if not ended and status in ("completed", "continued"):
             raise NonDeterminismError(
                 self._position + 1, "the end of the run's history (the run completed)",
                 "nothing, yet it has not returned (it waits on a step it did not issue)",

@@ -46,7 +46,7 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 
 _RUNS_QUERY = [
     _query("status", {"type": "string", "enum": ["pending", "running", "waiting", "held",
-                                                 "completed", "failed", "canceled"]},
+                                                 "continued", "completed", "failed", "canceled"]},
            "runs with this status"),
     _query("workflow", {"type": "string"}, "runs of this workflow"),
     _query("queue", {"type": "string"}, "runs of this queue"),

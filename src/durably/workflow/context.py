@@ -7,9 +7,10 @@ import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, NoReturn, TypeVar, overload
 
 from . import values
+from .continues import continue_as_new
 from .patching import deprecate_patch, patched
 from .steps import StepApi
 
@@ -116,6 +117,28 @@ class WorkflowContext:
         where `patched(patch_id)` was, and runs that recorded the patch still replay. It
         takes effect at the call (awaiting it is allowed, not needed)."""
         return deprecate_patch(self.step, patch_id)
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """End this run (status `continued`, output `{"continued_as": NEW_RUN_ID}`) and
+        start the next run of the same workflow and version with `input` and an empty
+        history, in one transaction (SPEC §4.23). `handle.result()` of any run of the chain
+        follows it to the last one's result. Steps still running are canceled, as at a
+        return; signals buffered for this run move to the next one.
+
+        Raises:
+            ContinueAsNew: always (a `BaseException`: let it propagate).
+
+        Example:
+            ```python
+            @app.workflow(name="poll", version="v1")
+            async def poll(ctx: WorkflowContext, seen: int) -> int:
+                seen += await ctx.step.run("fetch", fetch_new)
+                if seen < 1000:
+                    ctx.continue_as_new(seen)  # history stays small, however long it runs
+                return seen
+            ```
+        """
+        continue_as_new(input)
 
     # Typed as `asyncio.gather` is: a tuple per position for up to six awaitables, a
     # list of one type for more (the value is a list either way, as asyncio's is).

@@ -20,6 +20,7 @@ from ..core.durations import Duration
 from ..core.errors import WorkflowMisuseError
 from ..core.retry import RetryPolicy
 from . import values
+from .continues import continue_as_new
 from .patching import deprecate_patch, patched
 from .requests import Request
 from .stepcontext import StepContext
@@ -323,6 +324,11 @@ class SyncWorkflowContext:
     input: Any = None
     created_at: datetime | None = None
     started_at: datetime | None = None
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """End this run and start the next run of its chain with `input`: see
+        `WorkflowContext.continue_as_new`."""
+        continue_as_new(input)
 
     def patched(self, patch_id: str) -> bool:
         """Whether this run takes the code path added by patch `patch_id` (see

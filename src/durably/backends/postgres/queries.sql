@@ -49,7 +49,7 @@ SELECT * FROM {schema}.runs WHERE id = :run_id;
 -- name: ended_runs
 -- Which of these runs have ended (`RunHandle.wait` checks its waiters' runs at once).
 SELECT id FROM {schema}.runs
-WHERE id = ANY(CAST(:ids AS text[])) AND status IN ('completed', 'failed', 'canceled')
+WHERE id = ANY(CAST(:ids AS text[])) AND status IN ('continued', 'completed', 'failed', 'canceled')
   AND NOT compensating;
 
 -- name: await_runs
@@ -71,7 +71,7 @@ WHERE id = ANY(CAST(:ids AS text[])) AND status IN ('completed', 'failed', 'canc
 WITH marked AS (
     UPDATE {schema}.runs SET awaited = true
     WHERE id = ANY(CAST(:ids AS text[]))
-      AND (status NOT IN ('completed', 'failed', 'canceled') OR compensating)
+      AND (status NOT IN ('continued', 'completed', 'failed', 'canceled') OR compensating)
     RETURNING id, available_at
 ), notified AS (
     SELECT pg_notify(:channel, 'run') FROM (
@@ -1325,3 +1325,51 @@ WITH answered AS (
     RETURNING run_id
 )
 SELECT pg_notify(:channel, 'event:' || run_id) AS notified FROM answered;
+-- ===== continue-as-new =====
+-- A run that continues as new (SPEC §4.23, store/continues.py) is first ended `continued`
+-- by finish_run, in the same transaction as these.
+
+-- name: continue_key
+-- The chain's idempotency key moves to its next run (a start with it returns the newest
+-- run of the chain): off the run that continued first, as the unique index wants.
+UPDATE {schema}.runs SET idempotency_key = NULL
+WHERE id = :run_id AND status = 'continued' AND idempotency_key IS NOT NULL;
+
+-- name: continue_run
+-- The next run of the chain: the same workflow, version, namespace, queue and key,
+-- priority, deadline, parent (which waits for the chain's end), trace; attempts from 0, an
+-- empty history. Signals buffered for the old run move to it, and so does one delivered
+-- to a wait the old run never read (its end canceled the wait; it is given back).
+WITH ins AS (
+    INSERT INTO {schema}.runs (id, namespace, workflow, version, status, input,
+        idempotency_key, max_attempts, available_at, deadline_at, parent_run_id,
+        trace_context, parent_close, queue, concurrency_key, priority, continued_from, chain_root)
+    SELECT :next_id, o.namespace, o.workflow, o.version, 'pending', CAST(:input AS json),
+        :idempotency_key, o.max_attempts, LEAST(now(), o.deadline_at), o.deadline_at,
+        o.parent_run_id, o.trace_context, o.parent_close, o.queue, o.concurrency_key,
+        o.priority, o.id, COALESCE(o.chain_root, o.id)
+    FROM {schema}.runs o WHERE o.id = :run_id AND o.status = 'continued'
+    RETURNING id, namespace, available_at
+), moved AS (
+    UPDATE {schema}.signals s SET run_id = :next_id
+    WHERE s.run_id = :run_id AND s.buffered AND s.consumed_at IS NULL
+      AND EXISTS (SELECT 1 FROM ins)
+    RETURNING s.id
+), held AS (
+    UPDATE {schema}.step_attempts a SET delivered_at = NULL
+    WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status = 'canceled'
+      AND a.delivered_at IS NOT NULL AND EXISTS (SELECT 1 FROM ins)
+    RETURNING a.signal, a.output, a.signal_expires_at
+), back AS (
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back,
+        expires_at)
+    SELECT ins.namespace, held.signal, held.output, :next_id, true, true,
+        held.signal_expires_at
+    FROM held, ins
+    RETURNING id
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM ins WHERE ins.available_at <= now()
+)
+SELECT ins.id, (SELECT count(*) FROM moved) + (SELECT count(*) FROM back) AS signals,
+    (SELECT count(*) FROM notified) AS notified
+FROM ins;

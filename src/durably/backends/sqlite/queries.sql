@@ -28,7 +28,7 @@ SELECT * FROM {schema}_runs WHERE id = :run_id;
 
 -- name: ended_runs
 SELECT id FROM {schema}_runs
-WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('completed', 'failed', 'canceled')
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status IN ('continued', 'completed', 'failed', 'canceled')
   AND NOT compensating;
 
 -- name: get_run_for_update
@@ -970,3 +970,32 @@ UPDATE {schema}_requests
 SET status = :status, answer = :answer, reason = :reason, answered_at = now()
 WHERE id = :id AND run_id = :run_id AND status = 'pending'
 RETURNING 1 AS notified;
+-- ===== continue-as-new =====
+-- See the PostgreSQL twin: after finish_run ended the run `continued`, in its transaction.
+
+-- name: continue_key
+UPDATE {schema}_runs SET idempotency_key = NULL
+WHERE id = :run_id AND status = 'continued' AND idempotency_key IS NOT NULL;
+
+-- name: continue_run
+INSERT INTO {schema}_runs (id, namespace, workflow, version, status, input, idempotency_key,
+    max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
+    created_at, updated_at, queue, concurrency_key, priority, continued_from, chain_root)
+SELECT :next_id, o.namespace, o.workflow, o.version, 'pending', :input, :idempotency_key,
+    o.max_attempts, min(now(), coalesce(o.deadline_at, now())), o.deadline_at,
+    o.parent_run_id, o.trace_context, o.parent_close, now(), now(), o.queue,
+    o.concurrency_key, o.priority, o.id, coalesce(o.chain_root, o.id)
+FROM {schema}_runs o WHERE o.id = :run_id AND o.status = 'continued';
+UPDATE {schema}_signals SET run_id = :next_id
+WHERE run_id = :run_id AND buffered AND consumed_at IS NULL
+  AND EXISTS (SELECT 1 FROM {schema}_runs WHERE id = :next_id);
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at,
+    expires_at)
+SELECT r.namespace, a.signal, a.output, :next_id, 1, 1, now(), a.signal_expires_at
+FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = :next_id
+WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status = 'canceled'
+  AND a.delivered_at IS NOT NULL;
+UPDATE {schema}_step_attempts SET delivered_at = NULL
+WHERE run_id = :run_id AND kind = 'signal-wait' AND status = 'canceled'
+  AND delivered_at IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}_runs WHERE id = :next_id);
+SELECT id, 0 AS signals, 0 AS notified FROM {schema}_runs WHERE id = :next_id;
