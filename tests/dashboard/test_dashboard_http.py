@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from durably import Durably
+from durably.dashboard.auth import Auth
 from durably.store.queues import QueueClaims
 from tests.dashboard.conftest import serving
 from tests.helpers import scaled
@@ -48,7 +49,9 @@ def test_the_run_list_finds_a_run_by_its_idempotency_key(served: tuple[str, Dura
 
 
 def _get_as(url: str, token: str) -> str:
-    request = urllib.request.Request(url, headers={"Cookie": f"durably_token={token}"})
+    """The page, as a browser logged in with `token` asks for it (its session cookie)."""
+    cookie = f"durably_token={Auth(token).session()}"
+    request = urllib.request.Request(url, headers={"Cookie": cookie})
     with urllib.request.urlopen(request, timeout=scaled(10)) as resp:
         return str(resp.read().decode())
 
@@ -60,6 +63,11 @@ def test_the_header_says_who_is_logged_in(served: tuple[str, Durably]) -> None:
     header = _get_as(base + "/", "t0ken").split("<h1>")[0]
     assert "<span id='user'>logged in: token</span>" in header, header
     assert "logged in" not in _get_as(base + "/", "wrong").split("<h1>")[0]
+    # The token itself is no session: the cookie a browser sends to every port of the
+    # host must not be the API's bearer token.
+    raw = urllib.request.Request(base + "/", headers={"Cookie": "durably_token=t0ken"})
+    with urllib.request.urlopen(raw, timeout=scaled(10)) as resp:
+        assert "logged in" not in resp.read().decode().split("<h1>")[0]
 
 
 def test_a_child_link_is_an_element_of_its_own(db_url: str) -> None:
@@ -139,4 +147,5 @@ def test_logging_in_takes_the_token_only(served: tuple[str, Durably]) -> None:
         with answer:
             assert answer.status == code, token
             cookie = answer.headers.get("Set-Cookie") or ""
-            assert ("durably_token=t0ken" in cookie) == (code == 303)
+            assert (f"durably_token={Auth('t0ken').session()};" in cookie) == (code == 303)
+            assert "t0ken" not in cookie

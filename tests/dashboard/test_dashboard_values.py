@@ -37,7 +37,7 @@ def board(db_url: str) -> Iterator[tuple[str, Durably, str]]:
 def _post(base: str, path: str, form: dict[str, str]) -> tuple[int, str]:
     request = urllib.request.Request(
         base + path, data=urllib.parse.urlencode(form).encode(), method="POST",
-        headers={"Cookie": f"durably_token={TOKEN}"},
+        headers={"Cookie": f"durably_token={Auth(TOKEN).session()}"},
     )  # fmt: skip
     try:
         with urllib.request.urlopen(request, timeout=scaled(10)) as resp:

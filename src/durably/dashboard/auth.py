@@ -1,5 +1,6 @@
-"""The dashboard's token: a session cookie set by logging in, and a CSRF field derived
-from it that only pages served by the dashboard itself carry."""
+"""The dashboard's token: a session cookie set by logging in (a value derived from the
+token), and a CSRF field derived from it that only pages served by the dashboard itself
+carry."""
 
 from __future__ import annotations
 
@@ -21,8 +22,14 @@ class Auth:
     def csrf(self) -> str:
         return hmac.new(self.token.encode(), b"durably-csrf", hashlib.sha256).hexdigest()
 
+    def session(self) -> str:
+        """The login cookie's value: derived from the token, never the token itself. Cookies
+        are not kept apart by port, so a browser sends this one to every other server on
+        the host; the raw token there would be a bearer token for the whole HTTP API."""
+        return hmac.new(self.token.encode(), b"durably-session", hashlib.sha256).hexdigest()
+
     def cookie_header(self) -> str:
-        return f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
+        return f"{COOKIE}={self.session()}; HttpOnly; SameSite=Strict; Path=/"
 
     def logged_in(self, cookie_header: str | None) -> bool:
         if not cookie_header:
@@ -30,7 +37,7 @@ class Auth:
         cookie = SimpleCookie()
         cookie.load(cookie_header)
         morsel = cookie.get(COOKIE)
-        return morsel is not None and same_token(morsel.value, self.token)
+        return morsel is not None and same_token(morsel.value, self.session())
 
     def matches(self, presented: str | None) -> bool:
         """Whether `presented` (the login form's field) is the token."""

@@ -14,6 +14,7 @@ proxy does not drop it as idle.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,9 @@ class Event:
         lines = [f"event: {self.event}"]
         if self.id is not None:
             lines.append(f"id: {self.id}")
-        lines += [f"data: {line}" for line in self.data.splitlines() or [""]]
+        # By the protocol's own line ends only: str.splitlines also breaks at U+2028 and
+        # other separators, which the browser would join back as "\n".
+        lines += [f"data: {line}" for line in re.split(r"\r\n|\r|\n", self.data)]
         return ("\n".join(lines) + "\n\n").encode()
 
 
@@ -62,8 +65,11 @@ class EventStreams:
             why = f"{self.open} event streams are open, the most this server keeps: close a page"
             return refusal(503, why, {"Retry-After": "10"})
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        return StreamingResponse(self._until_closed(events), headers=headers,
-                                 media_type="text/event-stream")  # fmt: skip
+        # Counted from here, not from the stream's first step: a burst of requests all
+        # pass the check above before any of their streams has begun.
+        self.open += 1
+        return _Counted(self, self._until_closed(events), headers=headers,
+                        media_type="text/event-stream")  # fmt: skip
 
     def close(self) -> None:
         """End every stream (after the event it is writing), and refuse new ones."""
@@ -77,7 +83,6 @@ class EventStreams:
         closing = asyncio.ensure_future(self._closing.wait())
         if self._closed:
             self._closing.set()
-        self.open += 1
         following: asyncio.Future[Event] | None = None
         try:
             while True:
@@ -98,9 +103,23 @@ class EventStreams:
                 following = None
                 yield event.encode()
         finally:
-            self.open -= 1
             for task in (following, closing):
                 if task is not None:
                     task.cancel()
             await asyncio.gather(*(t for t in (following, closing) if t), return_exceptions=True)
             await events.aclose()
+
+
+class _Counted(StreamingResponse):
+    """A stream that gives its place among the open ones back when it is over, however
+    it ends (even if its body never began: the client went first)."""
+
+    def __init__(self, streams: EventStreams, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._streams = streams
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._streams.open -= 1
