@@ -55,14 +55,27 @@ class Requesting:
         return await self._answer(request_id, found.run_id, _seconds(timeout))
 
     async def _answer(self, request_id: str, run_id: str, limit: float | None) -> Any:
-        """The answer to `request_id`, waited for at most `limit` seconds (RequestTimeout)."""
+        """The answer to `request_id`, waited for at most `limit` seconds (RequestTimeout).
+        The request's run is read from it each time: one that continues as new hands its
+        unanswered requests to the next run of its chain, whose events are then watched."""
         deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            moved = await self._answer_on(request_id, run_id, deadline, limit)
+            if not isinstance(moved, _Moved):
+                return moved
+            run_id = moved.run_id
+
+    async def _answer_on(
+        self, request_id: str, run_id: str, deadline: float | None, limit: float | None
+    ) -> Any:
         ended = None  # the run's status, once it is seen finished
         async with self.end_watch.watching_events(run_id) as changed:
             while True:
                 found = await self.store.requests.get(request_id)
                 if found.status != "pending":
                     return _outcome(found)
+                if found.run_id != run_id:
+                    return _Moved(found.run_id)
                 if ended is not None:  # read before the request: it never answered
                     raise RunTerminalError(run_id, ended, f"answer request {request_id} of")
                 left = None if deadline is None else deadline - time.monotonic()
@@ -80,6 +93,13 @@ class Requesting:
                 # resumed: the request stays pending for `get_reply`.
                 run = await self.store.get_run(run_id)
                 ended = run.status if run.terminal else None
+
+
+class _Moved:
+    """The request is now that of run `run_id` (its run continued as new)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
 
 
 def _outcome(found: Answer) -> Any:

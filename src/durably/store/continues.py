@@ -10,8 +10,8 @@ wait follows the chain, execution/waits.py), the trace context, and the idempote
 which moves to it (a start with the key returns the newest run of the chain). It starts
 with attempts at 0 and an empty history. Signals buffered for the old run move to it.
 
-Requests (store/requests.py, SPEC §4.22), once they exist, move here too: their buffered
-rows are re-addressed to `next_id` in `_continue`'s transaction, beside the signals.
+Requests (store/requests.py, SPEC §4.22) still unanswered move with them: re-addressed to
+`next_id` in `_continue`'s transaction, so the run that takes one can answer it.
 """
 
 from __future__ import annotations
@@ -85,6 +85,9 @@ class RunContinues:
                 "continue_run", run_id=lease.run_id, next_id=next_id, input=input_json,
                 idempotency_key=idempotency_key, channel=self.channel,
             )  # fmt: skip
+            # Its requests still unanswered are the next run's: their signals moved with
+            # it, and only the run a request is stored under can answer it.
+            await tx.send("continue_requests", run_id=lease.run_id, next_id=next_id)
             for child in await tx.fetch("live_children", run_id=lease.run_id):
                 cancels += await tx.fetch(
                     "cancel_tree", run_id=child["id"], channel=self.channel,

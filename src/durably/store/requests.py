@@ -61,9 +61,13 @@ class Requests:
             async with self.db.transaction() as tx:
                 # Under the name's lock, as the send that follows: one key, one request.
                 await self.sends.lock_signal(tx, signal)
+                # Addressed to a run that continued as new: its chain's last run takes it,
+                # and the request is that run's (its answer is written under its lease). A
+                # finished one is refused by the send below, unless the key names an answer.
+                live, _ = await self.sends.chain_end(tx, run_id)
                 if idempotency_key is not None:
                     found = await tx.fetch(
-                        "find_request", run_id=run_id, idempotency_key=idempotency_key
+                        "find_request", run_id=live, idempotency_key=idempotency_key
                     )
                     if found:
                         return str(found[0]["id"]), False
@@ -71,9 +75,9 @@ class Requests:
                 envelope = (f'{{"id": {json.dumps(request_id)}, "name": {json.dumps(name)}, '
                             f'"data": {data_json}}}')  # fmt: skip
                 # The send refuses a finished or unknown run before anything is written.
-                await self.sends.send_signal_in(tx, signal, envelope, None, run_id)
+                await self.sends.send_signal_in(tx, signal, envelope, None, live)
                 await tx.send(
-                    "insert_request", id=request_id, run_id=run_id, name=name,
+                    "insert_request", id=request_id, run_id=live, name=name,
                     idempotency_key=idempotency_key,
                 )  # fmt: skip
             return request_id, True

@@ -93,7 +93,7 @@ class Sends:
         duplicate = sent is not None
         if sent is None:
             if run_id is not None:
-                run_id = await self._live_run(tx, run_id, "signal")
+                run_id = await self.live_run(tx, run_id, "signal")
             sent = await tx.send(
                 "send_signal",
                 **self._signal_params(name, data_json, idempotency_key, run_id, expires_s),
@@ -114,24 +114,29 @@ class Sends:
             "channel": self.channel, "token": uuid.uuid4().hex,
         }  # fmt: skip
 
-    async def _live_run(self, tx: Tx, run_id: str, action: str) -> str:
+    async def live_run(self, tx: Tx, run_id: str, action: str) -> str:
         """Lock the run against a concurrent end until `tx` ends; refuse a finished one.
         The lock is the one the send takes next to wake the run (a share lock taken first
         made two sends to one run each wait for the other's: a deadlock). A run that
         continued as new is followed along its chain (SPEC §4.23): the id returned is the
         run the send addresses. Each run of it is locked in turn, oldest first: only a
         continue writes the next, after its own end, so no lock is waited for in reverse."""
+        run_id, status = await self.chain_end(tx, run_id)
+        if status in TERMINAL:
+            raise RunTerminalError(run_id, status, action)
+        return run_id
+
+    async def chain_end(self, tx: Tx, run_id: str) -> tuple[str, str]:
+        """The run `run_id`'s chain ends in (itself, if it did not continue as new), locked
+        as `live_run` says, and its status. RunNotFound."""
         while True:
             rows = await tx.fetch("get_run_to_signal", run_id=run_id)
             if not rows:
                 raise RunNotFound(f"no run with id {run_id!r}")
-            status = rows[0]["status"]
-            if status == "continued":
-                run_id = decode(rows[0]["output"])["continued_as"]
-                continue
-            if status in TERMINAL:
-                raise RunTerminalError(run_id, status, action)
-            return run_id
+            status = str(rows[0]["status"])
+            if status != "continued":
+                return run_id, status
+            run_id = decode(rows[0]["output"])["continued_as"]
 
     async def lock_signal(self, tx: Tx, name: str) -> None:
         """Serialize with every send and wait on `name` until `tx` ends."""

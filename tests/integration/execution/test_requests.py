@@ -248,3 +248,30 @@ async def test_a_lost_lease_before_the_reply_answers_once(db_url: str) -> None:
         steps = await app.list_steps(handle.run_id)
     assert len(calls) >= 2  # run again by the claim after the lost one
     assert [s.status for s in steps if s.kind == "reply"] == ["completed"]
+
+
+async def test_a_request_follows_a_chain_of_continue_as_new(db_url: str) -> None:
+    """Requests addressed to a run that continued reach its chain's live run, and its
+    answer reaches the client; one still buffered when a run continues moves with it."""
+    app = Durably(db_url)
+
+    @app.workflow(name="svc", version="v1")
+    async def svc(ctx: Any, gen: int) -> str:
+        if gen == 1:  # continues with a request still buffered for it
+            await ctx.step.wait_for_signal("go")
+            ctx.continue_as_new(gen + 1)
+        req = await ctx.step.wait_for_request("ask", timeout="1m")
+        assert req is not None
+        await ctx.step.reply(req, f"gen{gen}")
+        if gen == 0:
+            ctx.continue_as_new(gen + 1)
+        return "done"
+
+    async with app, app.worker():
+        first = await svc.start(0)
+        assert await app.request(first.run_id, "ask", 0, timeout=scaled(20)) == "gen0"
+        # Sent by the first run's id while generation 1 waits for "go": buffered there.
+        pending = await app.send_request(first.run_id, "ask", 1)
+        await app.send_signal("go", run_id=first.run_id)
+        assert await app.get_reply(pending, timeout=scaled(20)) == "gen2"
+        assert await first.result(timeout=scaled(20)) == "done"

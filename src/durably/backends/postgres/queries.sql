@@ -678,7 +678,7 @@ WHERE namespace = :namespace AND name = :name AND idempotency_key = :idempotency
 
 -- name: get_run_to_signal
 -- deadline: none
--- The run a send addresses, locked as the send will update it (see `Sends._live_run`);
+-- The run a send addresses, locked as the send will update it (see `Sends.live_run`);
 -- after the name's lock, waited for as long as it is held (see send_signal).
 SELECT * FROM {schema}.runs WHERE id = :run_id FOR NO KEY UPDATE;
 
@@ -1373,3 +1373,7 @@ WITH ins AS (
 SELECT ins.id, (SELECT count(*) FROM moved) + (SELECT count(*) FROM back) AS signals,
     (SELECT count(*) FROM notified) AS notified
 FROM ins;
+
+-- name: continue_requests
+-- A run's unanswered requests move with it when it continues (store/continues.py).
+UPDATE {schema}.requests SET run_id = :next_id WHERE run_id = :run_id AND status = 'pending';

@@ -999,3 +999,7 @@ UPDATE {schema}_step_attempts SET delivered_at = NULL
 WHERE run_id = :run_id AND kind = 'signal-wait' AND status = 'canceled'
   AND delivered_at IS NOT NULL AND EXISTS (SELECT 1 FROM {schema}_runs WHERE id = :next_id);
 SELECT id, 0 AS signals, 0 AS notified FROM {schema}_runs WHERE id = :next_id;
+
+-- name: continue_requests
+-- A run's unanswered requests move with it when it continues (store/continues.py).
+UPDATE {schema}_requests SET run_id = :next_id WHERE run_id = :run_id AND status = 'pending';
