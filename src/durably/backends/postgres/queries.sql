@@ -1336,6 +1336,9 @@ UPDATE {schema}.runs SET idempotency_key = NULL
 WHERE id = :run_id AND status = 'continued' AND idempotency_key IS NOT NULL;
 
 -- name: continue_run
+-- plan: each call
+-- (Once a continue, rare: a generic plan made on an empty schema ties signals_buffered,
+-- read whole, with signals_addressed, and took the former.)
 -- The next run of the chain: the same workflow, version, namespace, queue and key,
 -- priority, deadline, parent (which waits for the chain's end), trace; attempts from 0, an
 -- empty history. Signals buffered for the old run move to it, and so does one delivered
@@ -1348,7 +1351,7 @@ WITH ins AS (
         :idempotency_key, o.max_attempts, LEAST(now(), o.deadline_at), o.deadline_at,
         o.parent_run_id, o.trace_context, o.parent_close, o.queue, o.concurrency_key,
         o.priority, o.id, COALESCE(o.chain_root, o.id)
-    FROM {schema}.runs o WHERE o.id = :run_id AND o.status = 'continued'
+    FROM {schema}.runs o WHERE o.id = :run_id AND (o.status = 'continued') IS TRUE  -- by id
     RETURNING id, namespace, available_at
 ), moved AS (
     UPDATE {schema}.signals s SET run_id = :next_id
