@@ -137,8 +137,13 @@ class StepAttempt:
 
     @classmethod
     def from_row(cls, row: Row) -> StepAttempt:
+        """A request's wait, stored as a signal wait on its reserved name, is a
+        `request-wait` (`testing.replay` reads an export back as the signal wait it is)."""
+        kind = row["kind"]
+        if kind == "signal-wait" and (row["signal"] or "").startswith(REQUEST_PREFIX):
+            kind = "request-wait"
         return cls(
-            step=row["step"], kind=row["kind"], status=row["status"], attempt=row["attempt"],
+            step=row["step"], kind=kind, status=row["status"], attempt=row["attempt"],
             position=row["position"], worker_id=row["worker_id"],
             started_at=row["started_at"], finished_at=row["finished_at"],
             output=decode(row["output"]), error=decode(row["error"]), fence=row["fence"],
@@ -150,10 +155,5 @@ class StepAttempt:
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The attempt as JSON-ready data (the CLI's `--json` step document). A request's
-        wait, stored as a signal wait on its reserved name, shows as `request-wait`
-        (`testing.replay` reads it back as the signal wait it is)."""
-        out = _to_dict(self)
-        if self.kind == "signal-wait" and (self.signal or "").startswith(REQUEST_PREFIX):
-            out["kind"] = "request-wait"
-        return out
+        """The attempt as JSON-ready data (the CLI's `--json` step document)."""
+        return _to_dict(self)

@@ -96,6 +96,7 @@ async def test_reply_and_reject(db_url: str) -> None:
         assert await handle.result(timeout=scaled(20)) == [21, -1]
         steps = await app.list_steps(handle.run_id)
         run = await handle.get()
+    assert [s.kind for s in steps] == ["request-wait", "reply"] * 2 + ["signal-wait"]
     replies = [s for s in steps if s.kind == "reply"]
     assert [(s.step, s.status) for s in replies] == [("reply:ask", "completed")] * 2
     documents = [s.to_dict() for s in steps]
@@ -275,3 +276,16 @@ async def test_a_request_follows_a_chain_of_continue_as_new(db_url: str) -> None
         await app.send_signal("go", run_id=first.run_id)
         assert await app.get_reply(pending, timeout=scaled(20)) == "gen2"
         assert await first.result(timeout=scaled(20)) == "done"
+
+
+async def test_a_signal_may_not_take_the_name_requests_are_sent_as(db_url: str) -> None:
+    """`durably:request:<name>` is where requests are buffered: a user's signal under it
+    would reach a `wait_for_request` as a request nobody can answer."""
+    app = _app(db_url)
+    async with app:
+        handle = await app.start("answer", 1)
+        with pytest.raises(InvalidInput, match="reserved"):
+            await app.send_signal("durably:request:ask", 1)
+        with pytest.raises(InvalidInput, match="reserved"):
+            await app.send_signal("durably:request:ask", 1, run_id=handle.run_id)
+        assert await app.list_signals(pending=False) == []
