@@ -496,11 +496,14 @@ class App:
         """
         return read_stream(self._operating, run_id, key, offset)
 
-    async def list_streams(self, run_id: str) -> list[dict[str, Any]]:
+    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
         """Run `run_id`'s streams: `{"key", "length", "closed"}` each (open or closed by
-        `close_stream`; all are closed once the run has ended)."""
+        `close_stream`; all are closed once the run has ended); with `last`, each also
+        has its latest `last` values, `"last": [{"offset", "value"}, ...]`."""
+        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+            raise InvalidInput(f"last is a number of values from 0, not {last!r}")
         await self.open()
-        return await Streams(self.store).list_streams(run_id)
+        return await Streams(self.store).list_streams(run_id, last)
 
     async def request(
         self, run_id: str, name: str, data: Any = None, *, timeout: Duration | None = "30s",

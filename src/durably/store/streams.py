@@ -151,8 +151,13 @@ class Streams:
         )
         return [(int(r["offset"]), decode(r["value"])) for r in rows]
 
-    async def list_streams(self, run_id: str) -> list[dict[str, Any]]:
-        """A run's streams: `{"key", "length", "closed"}` each."""
+    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
+        """A run's streams: `{"key", "length", "closed"}` each, and with `last`, its
+        latest values (`"last": [{"offset", "value"}, ...]`, oldest first)."""
         rows = await self.db.fetch("stream_list", run_id=run_id)
-        return [{"key": r["key"], "length": int(r["length"]), "closed": bool(r["closed"])}
-                for r in rows]  # fmt: skip
+        found = [{"key": r["key"], "length": int(r["length"]), "closed": bool(r["closed"])}
+                 for r in rows]  # fmt: skip
+        for stream in found if last > 0 else ():
+            values = await self.read(run_id, stream["key"], max(0, stream["length"] - last), last)
+            stream["last"] = [{"offset": at, "value": value} for at, value in values]
+        return found
