@@ -289,3 +289,26 @@ async def test_a_signal_may_not_take_the_name_requests_are_sent_as(db_url: str) 
         with pytest.raises(InvalidInput, match="reserved"):
             await app.send_signal("durably:request:ask", 1, run_id=handle.run_id)
         assert await app.list_signals(pending=False) == []
+
+
+async def test_a_request_taken_but_not_answered_goes_to_the_next_run_of_the_chain(
+    db_url: str,
+) -> None:
+    """A run that takes a request and continues as new before it answers hands the request
+    to the next run, which receives it again and answers it: the client gets that answer,
+    not a timeout for a request no run can answer any more."""
+    app = Durably(db_url)
+
+    @app.workflow(name="defer", version="v1")
+    async def defer(ctx: Any, gen: int) -> str:
+        req = await ctx.step.wait_for_request("ask", timeout="1m")
+        assert req is not None
+        if gen == 0:  # took it, answers it in the next run
+            ctx.continue_as_new(gen + 1)
+        await ctx.step.reply(req, f"{req.data} by gen{gen}")
+        return "done"
+
+    async with app, app.worker():
+        first = await defer.start(0)
+        assert await app.request(first.run_id, "ask", "q", timeout=scaled(20)) == "q by gen1"
+        assert await first.result(timeout=scaled(20)) == "done"

@@ -1378,5 +1378,18 @@ SELECT ins.id, (SELECT count(*) FROM moved) + (SELECT count(*) FROM back) AS sig
 FROM ins;
 
 -- name: continue_requests
--- A run's unanswered requests move with it when it continues (store/continues.py).
+-- A run's unanswered requests move with it when it continues (store/continues.py), and
+-- one it took but did not answer goes back to the next run's buffer (its wait's data is
+-- the request's envelope), so the run that can answer it receives it again.
+WITH taken AS (
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
+    SELECT r.namespace, a.signal, a.output, :next_id, true, true
+    FROM {schema}.step_attempts a JOIN {schema}.runs r ON r.id = :next_id
+    WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status = 'completed'
+      AND starts_with(a.signal, :prefix)
+      AND EXISTS (SELECT 1 FROM {schema}.requests q
+                  WHERE q.run_id = :run_id AND q.status = 'pending'
+                    AND q.id = a.output ->> 'id')
+    ORDER BY a.seq
+)
 UPDATE {schema}.requests SET run_id = :next_id WHERE run_id = :run_id AND status = 'pending';

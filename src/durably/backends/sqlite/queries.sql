@@ -1001,5 +1001,14 @@ WHERE run_id = :run_id AND kind = 'signal-wait' AND status = 'canceled'
 SELECT id, 0 AS signals, 0 AS notified FROM {schema}_runs WHERE id = :next_id;
 
 -- name: continue_requests
--- A run's unanswered requests move with it when it continues (store/continues.py).
+-- See the PostgreSQL twin.
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at)
+SELECT r.namespace, a.signal, a.output, :next_id, 1, 1, now()
+FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = :next_id
+WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status = 'completed'
+  AND substr(a.signal, 1, length(:prefix)) = :prefix
+  AND EXISTS (SELECT 1 FROM {schema}_requests q
+              WHERE q.run_id = :run_id AND q.status = 'pending'
+                AND q.id = json_extract(a.output, '$.id'))
+ORDER BY a.seq;
 UPDATE {schema}_requests SET run_id = :next_id WHERE run_id = :run_id AND status = 'pending';
