@@ -4,9 +4,10 @@
 # ratio holds while the machine's speed drifts. DBOS is installed into $PEERS_DIR as
 # ../shared/bench/side-by-side.sh does; nothing of it enters the project.
 #
-# usage (from the project root): bash bench/stream-side-by-side.sh [n=50] [gap_ms=100] [values=1000] [pairs=3]
+# usage (from the project root): bash bench/stream-side-by-side.sh [n=50] [gap_ms=100] [values=900] [pairs=3]
+# (values < 1000: each workflow write is a step, and a run takes 1000 step attempts at most)
 set -euo pipefail
-N=${1:-50}; G=${2:-100}; V=${3:-1000}; P=${4:-3}
+N=${1:-50}; G=${2:-100}; V=${3:-900}; P=${4:-3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PEERS=${PEERS_DIR:-$(dirname "$(mktemp -u)")/durably-peers}
 BASE=${PGURL_BASE:-postgresql://postgres@127.0.0.1:5432}

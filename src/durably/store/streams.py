@@ -142,6 +142,20 @@ class Streams:
             raise RunNotFound(f"no run with id {run_id!r}")
         return StreamState(rows[0]["status"], bool(rows[0]["closed"]))
 
+    async def poll(
+        self, run_id: str, key: str, from_offset: int, limit: int = READ_BATCH
+    ) -> tuple[StreamState, list[tuple[int, Any]]]:
+        """The stream's state and its (offset, value) from `from_offset` on, up to `limit`,
+        in one snapshot (one round trip a reader's wake-up). RunNotFound: no such run."""
+        rows = await self.db.fetch(
+            "stream_poll", run_id=run_id, key=key, from_offset=from_offset, limit=limit
+        )
+        if not rows:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        state = StreamState(rows[0]["status"], bool(rows[0]["closed"]))
+        return state, [(int(r["offset"]), decode(r["value"])) for r in rows
+                       if r["offset"] is not None]  # fmt: skip
+
     async def read(
         self, run_id: str, key: str, from_offset: int, limit: int = READ_BATCH
     ) -> list[tuple[int, Any]]:

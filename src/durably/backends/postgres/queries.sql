@@ -1260,6 +1260,18 @@ SELECT r.status, s.closed_at IS NOT NULL AS closed
 FROM {schema}.runs r LEFT JOIN {schema}.streams s ON s.run_id = r.id AND s.key = :key
 WHERE r.id = :run_id;
 
+-- name: stream_poll
+-- A reader's look: the stream's state and its values from :from_offset, in one statement,
+-- so in one snapshot: a stream closed (or a run ended) in it has all its values in it.
+SELECT r.status, s.closed_at IS NOT NULL AS closed, v."offset", v.value
+FROM {schema}.runs r
+LEFT JOIN {schema}.streams s ON s.run_id = r.id AND s.key = :key
+LEFT JOIN (SELECT "offset", value::text AS value FROM {schema}.stream_values
+           WHERE run_id = :run_id AND key = :key AND "offset" >= :from_offset
+           ORDER BY "offset" LIMIT :limit) v ON true
+WHERE r.id = :run_id
+ORDER BY v."offset";
+
 -- name: stream_read
 SELECT "offset", value::text AS value FROM {schema}.stream_values
 WHERE run_id = :run_id AND key = :key AND "offset" >= :from_offset
