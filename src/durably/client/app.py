@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 import dataclasses
 import functools
 import logging
@@ -83,6 +84,9 @@ class App:
         self.max_history_bytes = max_history_bytes
         self._migrate = migrate
         self._opened = False
+        # Made by `worker()`: each holds the store it was made with, so `rebind` refuses
+        # while one has not ended (a worker that ended stays on its database).
+        self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
         self._open_lock: asyncio.Lock | None = None
         self.workers_running: set[Worker] = set()  # those `close()` stops first
         self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
@@ -97,6 +101,8 @@ class App:
         """Point this (not yet opened) app at another database (and schema); the app."""
         if self._opened:
             raise RuntimeError("rebind() must come before the app connects")
+        if any(not w.ended.done() for w in self._workers):
+            raise RuntimeError("rebind() must come before app.worker(), or after it ended")
         self.url = url
         self._connect(self.connector.schema if schema is None else schema)
         return self
@@ -546,5 +552,7 @@ class App:
         """A worker that executes this app's workflows (`await worker.run()`)."""
         from ..worker.worker import Worker
 
-        return Worker(self, concurrency, lease, heartbeat, worker_id, poll_interval,
-                      shutdown_grace)  # fmt: skip
+        worker = Worker(self, concurrency, lease, heartbeat, worker_id, poll_interval,
+                        shutdown_grace)  # fmt: skip
+        self._workers.add(worker)
+        return worker
