@@ -23,6 +23,7 @@ from ..backends import Connector, Row, Tx
 from ..core.codec import canonical, decode, encode
 from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
 from .continues import RunContinues
+from .debounces import Debounces
 from .ends import RunEnds
 from .giveback import GiveBacks
 from .models import TERMINAL, Run, StepAttempt
@@ -46,11 +47,20 @@ class Store:
         self.requests = Requests(connector, self.channel, self.sends)
         self.ends = RunEnds(connector, self.channel)
         self.continues = RunContinues(connector, self.channel, self.ends)
+        self.debounces = Debounces(connector)
 
     # ----------------------------------------------------------------- client side
 
     async def create_run(self, new: NewRun, external: Any = None) -> tuple[Run, bool]:
-        """Insert a run, or return the one its idempotency key already names."""
+        """Insert a run, or return the one its idempotency key already names (or the
+        pending run of its debounce window, updated: see `debounces`)."""
+        if new.debounce is not None:
+            run, created = await self.debounces.start(
+                self._insert_params(new), new.debounce, external
+            )
+            if created:
+                self.db.notify_local("run")
+            return run, created
         rows = (
             []
             if external is not None
