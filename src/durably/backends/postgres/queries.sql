@@ -42,9 +42,9 @@ SELECT ins.*, (SELECT count(*) FROM notified) AS notified FROM ins;
 -- name: debounce_run
 -- A debounced start (SPEC §4.23, see 0025): a new run opens its key's window, unless the
 -- key has a run pending that no worker ever claimed (runs_debounce, the arbiter): then
--- that run takes this start's input and options, and its due time is pushed back to
--- :debounce_s from now, never past its window's cap (`debounce_max_at`, set by the start
--- that opened it) nor its deadline. The database decides which start opens a window and
+-- that run takes this start's input and options, and its due time is pushed back to the
+-- one this start proposes (:debounce_s from now, or its deadline if sooner), never past
+-- its window's cap (`debounce_max_at`, set by the start that opened it). The database decides which start opens a window and
 -- which join it: a start racing another waits for its insert; one racing a claim waits for
 -- the claim's lock and, once the claimed run has left the index, inserts (a new window).
 -- The id returned is :id when this start opened the window. A new window notifies the
@@ -66,8 +66,7 @@ WITH ins AS (
         max_attempts = EXCLUDED.max_attempts, deadline_at = EXCLUDED.deadline_at,
         queue = EXCLUDED.queue, concurrency_key = EXCLUDED.concurrency_key,
         priority = EXCLUDED.priority,
-        available_at = LEAST(now() + CAST(:debounce_s AS float8) * interval '1 second',
-                             r.debounce_max_at, EXCLUDED.deadline_at),
+        available_at = LEAST(EXCLUDED.available_at, r.debounce_max_at),
         updated_at = now()
     RETURNING r.*
 ), queued AS (
