@@ -176,6 +176,11 @@ _SCHEMAS: dict[str, Any] = {
             "deadline_at": _WHEN, "concurrency_key": _TEXT, "priority": {"type": "integer"},
             "attributes": {"type": ["object", "null"],
                            "description": "search attributes (SPEC §4.24): not yet"},
+            "debounce": {"type": ["string", "null"], "description": "a duration, e.g. 5s: "
+                         "join the pending run of debounce_key's window (answered 200)"},
+            "debounce_key": _TEXT,
+            "debounce_max": {"type": ["string", "null"], "description": "a duration: start "
+                             "at most this long after the window's first start"},
         },
     },
     "SignalRequest": {
