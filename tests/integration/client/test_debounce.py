@@ -165,11 +165,13 @@ async def test_a_debounced_start_in_the_callers_transaction(db_url: str) -> None
             conn.execute("ROLLBACK")
             conn.close()
         else:
-            async with await psycopg.AsyncConnection.connect(db_url) as aconn:
-                async with aconn.transaction(force_rollback=True):
-                    joined = await wf.start(
-                        Item(n=2), debounce="1h", debounce_key="k", connection=aconn
-                    )
+            async with (
+                await psycopg.AsyncConnection.connect(db_url) as aconn,
+                aconn.transaction(force_rollback=True),
+            ):
+                joined = await wf.start(
+                    Item(n=2), debounce="1h", debounce_key="k", connection=aconn
+                )
         assert joined.run_id == first.run_id and joined.joined
         assert (await first.get()).input == {"n": 1}  # rolled back with the caller's work
 
