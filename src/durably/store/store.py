@@ -3,7 +3,8 @@ read, listed, canceled; claimed, renewed, parked, held or let go by a worker.
 
 What else is written about a run is the concern of a collaborator the store holds, each
 over the same connector: `steps` (its step records), `sends` (signals sent and taken),
-`givebacks` (a signal a wait held, handed back) and `ends` (its end, or a retry's).
+`givebacks` (a signal a wait held, handed back), `ends` (its end, or a retry's) and
+`debounces` (a debounced start, which joins its window's run or opens one).
 
 Everything that writes on behalf of a worker is fenced: it carries a `Lease` and commits
 only while that lease is live (see the header of each `queries.sql`). Everything that
