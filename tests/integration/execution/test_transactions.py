@@ -254,8 +254,16 @@ async def test_a_transaction_body_plans_as_the_server_is_set_to(pg_url: str) -> 
         assert await (await plans.start()).result(timeout=scaled(10)) == ["force_custom_plan"] * 2
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ALTER TABLE {schema}.runs ADD COLUMN next_one int",
+        # A migration outside a transaction (0025's columns, before its concurrent build).
+        "-- durably: no transaction\nALTER TABLE {schema}.runs ADD COLUMN IF NOT EXISTS next_one int",
+    ],
+)
 async def test_a_migration_behind_a_long_transaction_holds_up_no_statement(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, text: str
 ) -> None:
     """A deploy migrates while a long transaction reads a table: the migration's lock
     request must not queue every other statement on that table behind it (the workers'
@@ -265,7 +273,7 @@ async def test_a_migration_behind_a_long_transaction_holds_up_no_statement(
     async with Durably(pg_url):
         pass  # the schema as shipped
     shipped = _queries.migrations
-    next_release = (999, "0999_next.sql", "ALTER TABLE {schema}.runs ADD COLUMN next_one int")
+    next_release = (999, "0999_next.sql", text)
     monkeypatch.setattr(_queries, "migrations", lambda package: [*shipped(package), next_release])
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as holder:
         await holder.execute("BEGIN")
