@@ -259,7 +259,8 @@ async def test_a_transaction_body_plans_as_the_server_is_set_to(pg_url: str) -> 
     [
         "ALTER TABLE {schema}.runs ADD COLUMN next_one int",
         # A migration outside a transaction (0025's columns, before its concurrent build).
-        "-- durably: no transaction\nALTER TABLE {schema}.runs ADD COLUMN IF NOT EXISTS next_one int",
+        "-- durably: no transaction\n"
+        "ALTER TABLE {schema}.runs ADD COLUMN IF NOT EXISTS next_one int",
     ],
 )
 async def test_a_migration_behind_a_long_transaction_holds_up_no_statement(
