@@ -264,6 +264,10 @@ def test_a_debounced_start_over_http_and_the_cli_join_one_window(served: Served)
     ) == started  # fmt: skip
     run = served.ok("GET", f"/runs/{started['run_id']}")
     assert run["input"] == {"id": "o3", "amount": 2} and run["status"] == "pending"
+    assert (
+        run["debounce_key"] == "cart-1"
+        and "debounce_key cart-1" in served.cli("show", started["run_id"]).stdout
+    )
     refused = served.call("POST", "/runs", {**body, "debounce_max": "1m"})
     assert refused.status_code == 400
     assert refused.json()["error"] == served.cli_error(

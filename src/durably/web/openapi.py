@@ -160,6 +160,8 @@ _SCHEMAS: dict[str, Any] = {
             "started_at": _TIME, "finished_at": _TIME, "idempotency_key": _TEXT,
             "deadline_at": _TIME, "wake_at": _TIME, "waiting_for": _TEXT,
             "parent_run_id": _TEXT, "queue": _TEXT, "priority": {"type": "integer"},
+            "debounce_key": {"type": "string",
+                             "description": "only on a run a debounced start made"},
         },
     },
     "Started": {

@@ -36,6 +36,11 @@ def _app(url: str) -> tuple[Durably, Any]:
 
 async def test_starts_inside_a_window_join_one_run_with_the_latest_input(db_url: str) -> None:
     app, wf = _app(db_url)
+
+    @app.workflow(name="other", version="v1")
+    async def other_wf(ctx: WorkflowContext, item: Item) -> int:
+        return item.n
+
     async with app:
         handles = [await wf.start(Item(n=n), debounce="1h", debounce_key="user-1")
                    for n in range(4)]  # fmt: skip
@@ -46,12 +51,17 @@ async def test_starts_inside_a_window_join_one_run_with_the_latest_input(db_url:
         assert dues == sorted(dues) and dues[0] < dues[-1]  # pushed back by each start
         run = await app.get_run(handles[0].run_id)
         assert run.status == "pending" and run.input == {"n": 3} and run.fence == 0
+        assert run.debounce_key == "user-1" and run.to_dict()["debounce_key"] == "user-1"
         assert run.available_at is not None
         assert timedelta(hours=1) < run.available_at - run.created_at < timedelta(hours=1.1)
         # Another key, and another workflow with the same key, open windows of their own.
         other = await wf.start(Item(n=9), debounce="1h", debounce_key="user-2")
         assert other.run_id != handles[0].run_id and not other.joined
-        assert len(await app.list_runs()) == 2
+        same_key = await other_wf.start(Item(n=9), debounce="1h", debounce_key="user-1")
+        assert same_key.run_id not in (handles[0].run_id, other.run_id) and not same_key.joined
+        assert len(await app.list_runs()) == 3
+        plain = await wf.start(Item(n=5))
+        assert plain.run and "debounce_key" not in plain.run.to_dict()
 
 
 async def test_debounce_max_caps_the_push_back(db_url: str) -> None:
