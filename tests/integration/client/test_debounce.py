@@ -79,6 +79,32 @@ async def test_debounce_max_caps_the_push_back(db_url: str) -> None:
     assert pushed.run.available_at > uncapped.run.available_at
 
 
+async def test_a_join_takes_the_latest_starts_options(db_url: str) -> None:
+    app = Durably(db_url)
+    keyed = app.queue("keyed", per_key=1, priority=True)
+
+    @app.workflow(name="queued", version="v1", queue=keyed)
+    async def queued(ctx: WorkflowContext, n: int) -> int:
+        return n
+
+    async with app:
+        first = await queued.start(
+            1, debounce="1h", debounce_key="k", concurrency_key="a", priority=1,
+            deadline_at="+2h",
+        )  # fmt: skip
+        later = await queued.start(
+            2, debounce="1h", debounce_key="k", concurrency_key="b", priority=5
+        )
+        run = await app.get_run(first.run_id)
+        assert later.joined and run.input == 2 and run.queue == "keyed"
+        assert (run.concurrency_key, run.priority, run.deadline_at) == ("b", 5, None)
+        # A deadline sooner than the window's end brings the start forward to it.
+        soon = await queued.start(3, debounce="1h", debounce_key="k", deadline_at="+1m")
+        run = await app.get_run(first.run_id)
+        assert soon.joined and run.deadline_at is not None
+        assert run.available_at == run.deadline_at
+
+
 async def test_a_claimed_run_closes_its_window(db_url: str) -> None:
     app, wf = _app(db_url)
     async with app, app.worker():
