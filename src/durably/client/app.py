@@ -22,10 +22,11 @@ from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
 from ..store.endwatch import EndWatch
 from ..store.models import Run, StepAttempt
 from ..store.operations import Operations
-from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, NewRun
+from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, Debounce, NewRun
 from ..store.sends import check_signal_name
 from ..store.store import Store
 from ..store.streams import Streams
+from ..workflow.debounce import debounce_of
 from ..workflow.definition import WorkflowFn
 from ..workflow.queue import Queue
 from ..workflow.schedule import Schedule
@@ -302,6 +303,9 @@ class App:
         connection: Any = None,
         concurrency_key: str | None = None,
         priority: int = 0,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        debounce_max: Duration | None = None,
     ) -> RunHandle[Any]:
         """Start workflow `workflow` by name (see `Workflow.start`).
 
@@ -321,21 +325,27 @@ class App:
             ```
         """
         if not self.workflows:
+            window = debounce_of(
+                debounce, debounce_key, debounce_max, idempotency_key=idempotency_key,
+                available_at=available_at,
+            )  # fmt: skip
             return await self._start_by_name(
                 workflow, input, version, idempotency_key, available_at, deadline_at,
-                connection, concurrency_key, priority,
+                connection, concurrency_key, priority, window,
             )  # fmt: skip
         wf = self.get_workflow(workflow, version)
         return await wf.start(
             input, idempotency_key=idempotency_key, available_at=available_at,
             deadline_at=deadline_at, connection=connection, concurrency_key=concurrency_key,
-            priority=priority,
+            priority=priority, debounce=debounce, debounce_key=debounce_key,
+            debounce_max=debounce_max,
         )  # fmt: skip
 
     async def _start_by_name(
         self, workflow: str, input: Any, version: str | None, idempotency_key: str | None,
         available_at: datetime | str | None, deadline_at: datetime | str | None,
         connection: Any, concurrency_key: str | None, priority: int,
+        window: Debounce | None = None,
     ) -> RunHandle[Any]:  # fmt: skip
         """A thin client's start: written as given, bound and validated by its worker."""
         if not isinstance(workflow, str) or not workflow:
@@ -349,10 +359,10 @@ class App:
             idempotency_key=idempotency_key,
             available_at=parse_instant(available_at, now) if available_at else None,
             deadline_at=parse_instant(deadline_at, now) if deadline_at else None,
-            concurrency_key=concurrency_key, priority=priority,
+            concurrency_key=concurrency_key, priority=priority, debounce=window,
         )  # fmt: skip
-        run, _ = await self.create_run(new, connection)
-        return RunHandle(self, run.run_id, run)
+        run, created = await self.create_run(new, connection)
+        return RunHandle(self, run.run_id, run, joined=window is not None and not created)
 
     async def send_signal(
         self,

@@ -61,6 +61,7 @@ class Run:
     priority: int = 0
     resumes: tuple[int, ...] = ()  # the workflow attempts that began by `app.resume`
     continued_from: str | None = None  # the run this one continues as new (§4.23)
+    debounce_key: str | None = None  # the key of the debounce window it was started in
 
     @property
     def continued_as(self) -> str | None:
@@ -95,15 +96,16 @@ class Run:
             compensating=bool(row.get("compensating")),
             queue=row.get("queue"), concurrency_key=row.get("concurrency_key"),
             priority=row.get("priority") or 0, resumes=tuple(decode(row.get("resumes")) or ()),
-            continued_from=row.get("continued_from"),
+            continued_from=row.get("continued_from"), debounce_key=row.get("debounce_key"),
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The run as JSON-ready data (the CLI's `--json` run document); `continued_as`
-        and `continued_from` only where set (SPEC §5)."""
+        """The run as JSON-ready data (the CLI's `--json` run document); `continued_as`,
+        `continued_from` and `debounce_key` only where set (SPEC §5)."""
         out = _to_dict(self)
-        if out["continued_from"] is None:
-            del out["continued_from"]
+        for optional in ("continued_from", "debounce_key"):
+            if out[optional] is None:
+                del out[optional]
         if self.continued_as is not None:
             out["continued_as"] = self.continued_as
         return out

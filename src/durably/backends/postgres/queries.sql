@@ -39,6 +39,44 @@ WITH ins AS (
 )
 SELECT ins.*, (SELECT count(*) FROM notified) AS notified FROM ins;
 
+-- name: debounce_run
+-- A debounced start (SPEC §4.23, see 0025): a new run opens its key's window, unless the
+-- key has a run pending that no worker ever claimed (runs_debounce, the arbiter): then
+-- that run takes this start's input and options, and its due time is pushed back to the
+-- one this start proposes (:debounce_s from now, or its deadline if sooner), never past
+-- its window's cap (`debounce_max_at`, set by the start that opened it). The database decides which start opens a window and
+-- which join it: a start racing another waits for its insert; one racing a claim waits for
+-- the claim's lock and, once the claimed run has left the index, inserts (a new window).
+-- The id returned is :id when this start opened the window. A new window notifies the
+-- workers although it is not due yet: an idle worker sets its timer by it.
+WITH ins AS (
+    INSERT INTO {schema}.runs AS r (id, namespace, workflow, version, status, input,
+        max_attempts, available_at, deadline_at, trace_context, queue, concurrency_key,
+        priority, debounce_key, debounce_max_at)
+    VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS json),
+        :max_attempts,
+        LEAST(now() + CAST(:debounce_s AS float8) * interval '1 second',
+              now() + CAST(:debounce_max_s AS float8) * interval '1 second',
+              CAST(:deadline_at AS timestamptz)),
+        :deadline_at, CAST(:trace_context AS jsonb), :queue, :concurrency_key, :priority,
+        :debounce_key, now() + CAST(:debounce_max_s AS float8) * interval '1 second')
+    ON CONFLICT (namespace, workflow, debounce_key)
+        WHERE debounce_key IS NOT NULL AND status = 'pending' AND fence = 0
+    DO UPDATE SET input = EXCLUDED.input, version = EXCLUDED.version,
+        max_attempts = EXCLUDED.max_attempts, deadline_at = EXCLUDED.deadline_at,
+        queue = EXCLUDED.queue, concurrency_key = EXCLUDED.concurrency_key,
+        priority = EXCLUDED.priority,
+        available_at = LEAST(EXCLUDED.available_at, r.debounce_max_at),
+        updated_at = now()
+    RETURNING r.*
+), queued AS (
+    INSERT INTO {schema}.queues (name) SELECT :queue WHERE CAST(:queue AS text) IS NOT NULL
+    ON CONFLICT (name) DO NOTHING
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM ins WHERE ins.id = :id
+)
+SELECT ins.*, (SELECT count(*) FROM notified) AS notified FROM ins;
+
 -- name: get_run_by_key
 SELECT * FROM {schema}.runs
 WHERE namespace = :namespace AND workflow = :workflow AND idempotency_key = :idempotency_key;

@@ -19,6 +19,33 @@ VALUES (:id, :namespace, :workflow, :version, 'pending', :input, :idempotency_ke
 ON CONFLICT DO NOTHING
 RETURNING *, 0 AS notified;
 
+-- name: debounce_run
+-- A debounced start (see the PostgreSQL twin and 0025); its transaction holds the write
+-- lock, so starts and claims take turns. The clock is read once (`t`): the window's cap
+-- and the run's first due time are the same instant apart as on PostgreSQL. `min` of
+-- SQLite is NULL if any argument is: an absent cap or deadline is the due time itself. The
+-- due time proposed (`excluded`) is this start's; a window's cap bounds it.
+INSERT INTO {schema}_queues (name, updated_at) SELECT :queue, now() WHERE :queue IS NOT NULL
+ON CONFLICT (name) DO NOTHING;
+INSERT INTO {schema}_runs AS r (id, namespace, workflow, version, status, input,
+    max_attempts, available_at, deadline_at, trace_context, created_at, updated_at, queue,
+    concurrency_key, priority, debounce_key, debounce_max_at)
+SELECT :id, :namespace, :workflow, :version, 'pending', :input, :max_attempts,
+    min(t + :debounce_s, coalesce(t + :debounce_max_s, t + :debounce_s),
+        coalesce(:deadline_at, t + :debounce_s)),
+    :deadline_at, :trace_context, t, t, :queue, :concurrency_key, :priority,
+    :debounce_key, t + :debounce_max_s
+FROM (SELECT now() AS t) WHERE true
+ON CONFLICT (namespace, workflow, debounce_key)
+    WHERE debounce_key IS NOT NULL AND status = 'pending' AND fence = 0
+DO UPDATE SET input = excluded.input, version = excluded.version,
+    max_attempts = excluded.max_attempts, deadline_at = excluded.deadline_at,
+    queue = excluded.queue, concurrency_key = excluded.concurrency_key,
+    priority = excluded.priority,
+    available_at = min(excluded.available_at, coalesce(r.debounce_max_at, excluded.available_at)),
+    updated_at = excluded.updated_at
+RETURNING *, 0 AS notified;
+
 -- name: get_run_by_key
 SELECT * FROM {schema}_runs
 WHERE namespace = :namespace AND workflow = :workflow AND idempotency_key = :idempotency_key;
