@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import weakref
 import dataclasses
 import functools
 import logging
 import os
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
