@@ -22,6 +22,7 @@ from typing import Any
 from ..backends import Connector, Row, Tx
 from ..core.codec import canonical, decode, encode
 from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
+from .admission import Admission, admits
 from .continues import RunContinues
 from .ends import RunEnds
 from .giveback import GiveBacks
@@ -46,11 +47,14 @@ class Store:
         self.requests = Requests(connector, self.channel, self.sends)
         self.ends = RunEnds(connector, self.channel)
         self.continues = RunContinues(connector, self.channel, self.ends)
+        self.admission = Admission(self.channel)
 
     # ----------------------------------------------------------------- client side
 
     async def create_run(self, new: NewRun, external: Any = None) -> tuple[Run, bool]:
         """Insert a run, or return the one its idempotency key already names."""
+        if admits(new):  # a transaction of its own: the start is admitted on its key
+            return await self._create_admitted(new, external)
         rows = (
             []
             if external is not None
@@ -65,10 +69,37 @@ class Store:
             self.db.notify_local("run")
         return run, created
 
-    async def insert_run(self, tx: Tx, new: NewRun) -> tuple[Run, bool]:
+    async def _create_admitted(self, new: NewRun, external: Any) -> tuple[Run, bool]:
+        # An admission may cancel other runs' trees, in an order a run's end may cross:
+        # aborted, the start is run again (in the caller's transaction, it is theirs).
+        async def attempt() -> tuple[Run, bool, list[str]]:
+            canceled: list[str] = []
+            async with self.db.transaction(external) as tx:
+                run, created = await self.insert_run(tx, new, canceled)
+            return run, created, canceled
+
+        if external is not None:
+            run, created, canceled = await attempt()
+        else:
+            run, created, canceled = await self.db.retrying(attempt, "start")
+        for run_id in canceled:
+            self.db.notify_local(f"cancel:{run_id}")
+        if created:
+            self.db.notify_local("run")
+        return run, created
+
+    async def insert_run(
+        self, tx: Tx, new: NewRun, canceled: list[str] | None = None
+    ) -> tuple[Run, bool]:
+        """Insert a run in `tx` (admitted on its key, see `admission`; the runs that
+        cancels are added to `canceled`), or return the one its key already names."""
         rows = await tx.fetch("insert_run", **self._insert_params(new))
         if rows:
-            return Run.from_row(rows[0]), True
+            run = Run.from_row(rows[0])
+            if admits(new):
+                run, gone = await self.admission.admit(tx, run, new)
+                (canceled if canceled is not None else []).extend(gone)
+            return run, True
         if new.idempotency_key is None:
             # Only a fixed child id can collide: the child was started before.
             existing = await tx.fetch("get_run", run_id=new.run_id)

@@ -93,6 +93,8 @@ class Definition(Generic[In, Out]):
             queue=self.queue.name if self.queue is not None else None,
             concurrency_key=concurrency_key,
             priority=priority,
+            per_key=self.queue.per_key if self.queue is not None else None,
+            on_full=self.queue.on_full if self.queue is not None else "wait",
         )
 
 
