@@ -110,7 +110,10 @@ async def test_cancel_running_cancels_the_keys_older_runs(db_url: str) -> None:
         await eventually(lambda: ended(first), what="the first run's undo")
         runs = await _runs(app)
         assert {k: r.status for k, r in runs.items()} == {
-            1: "canceled", 2: "canceled", 3: "completed", 9: "completed"
+            1: "canceled",
+            2: "canceled",
+            3: "completed",
+            9: "completed",
         }
         error = runs[1].error
         assert error is not None and f"superseded by run {second.run_id}" in error["message"]
@@ -125,7 +128,11 @@ async def test_cancel_running_keeps_the_newest_per_key(db_url: str) -> None:
         handles = [await job.start(k, concurrency_key="a") for k in range(5)]
         runs = await _runs(app)
         assert {k: r.status for k, r in runs.items()} == {
-            0: "canceled", 1: "canceled", 2: "canceled", 3: "pending", 4: "pending"
+            0: "canceled",
+            1: "canceled",
+            2: "canceled",
+            3: "pending",
+            4: "pending",
         }
         assert len(handles) == 5
 
@@ -138,8 +145,8 @@ async def test_a_run_asleep_holds_no_slot(db_url: str) -> None:
             seen["go"].update({-1, 2})
             asleep = await job.start(-1, concurrency_key=on_full)
 
-            async def waiting() -> bool:
-                return bool(await asleep.status() == "waiting")
+            async def waiting(h: Any = asleep) -> bool:
+                return bool(await h.status() == "waiting")
 
             await eventually(waiting, what="the run to sleep")
             newer = await job.start(2, concurrency_key=on_full)
