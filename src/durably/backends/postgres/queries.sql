@@ -1048,11 +1048,17 @@ SELECT pg_advisory_xact_lock(29, hashtext(:queue || '/' || :key)) AS locked;
 -- Under lock_key: the other runs of the key that hold or want a slot, newest first, all
 -- namespaces (a queue's limits count them all). Waiting runs that are not due (asleep,
 -- on a signal) hold none, as in claim_queue; canceled runs running their compensations
--- hold theirs. Each branch reads one range of runs_queue or runs_queue_compensating.
-SELECT id, status, compensating, created_at FROM {schema}.runs
-WHERE queue = :queue AND concurrency_key = :key AND id <> :id
-  AND (status IN ('pending', 'running', 'held')
-       OR (status = 'waiting' AND available_at <= now()))
+-- hold theirs. Each status is one range of runs_queue (a LATERAL kept as a subquery by
+-- OFFSET 0: flattened, its generic plan read the key's whole history, or every live run
+-- through runs_status); the compensating ones, one of runs_queue_compensating.
+SELECT r.id, r.status, r.compensating, r.created_at
+FROM unnest(ARRAY['pending', 'running', 'held', 'waiting']) AS s(status)
+CROSS JOIN LATERAL (
+    SELECT id, status, compensating, created_at, available_at FROM {schema}.runs
+    WHERE queue = :queue AND status = s.status AND concurrency_key = :key AND id <> :id
+    OFFSET 0
+) r
+WHERE r.status <> 'waiting' OR r.available_at <= now()
 UNION
 SELECT id, status, compensating, created_at FROM {schema}.runs
 WHERE queue = :queue AND concurrency_key = :key AND id <> :id AND compensating

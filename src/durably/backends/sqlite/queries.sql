@@ -769,8 +769,8 @@ SELECT 1 AS locked;
 -- See the PostgreSQL twin.
 SELECT id, status, compensating, created_at FROM {schema}_runs
 WHERE queue = :queue AND concurrency_key = :key AND id <> :id
-  AND (status IN ('pending', 'running', 'held')
-       OR (status = 'waiting' AND available_at <= now()))
+  AND status IN ('pending', 'running', 'held', 'waiting')
+  AND (status <> 'waiting' OR available_at <= now())
 UNION
 SELECT id, status, compensating, created_at FROM {schema}_runs
 WHERE queue = :queue AND concurrency_key = :key AND id <> :id AND compensating
