@@ -36,8 +36,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument(
         "mode",
-        choices=["throughput", "latency", "signal", "scale", "idle", "queued", "stream", "request",
-                 "perkey"],
+        choices=[
+            "throughput",
+            "latency",
+            "signal",
+            "scale",
+            "idle",
+            "queued",
+            "stream",
+            "request",
+            "perkey",
+        ],
     )
     parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--concurrency", type=int, default=50)
