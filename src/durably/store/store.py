@@ -98,7 +98,8 @@ class Store:
             run = Run.from_row(rows[0])
             if admits(new):
                 run, gone = await self.admission.admit(tx, run, new)
-                (canceled if canceled is not None else []).extend(gone)
+                if canceled is not None:
+                    canceled.extend(gone)
             return run, True
         if new.idempotency_key is None:
             # Only a fixed child id can collide: the child was started before.

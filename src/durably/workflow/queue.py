@@ -90,11 +90,6 @@ class Queue:
                 "concurrency_key: declare per_key too, e.g. app.queue(..., per_key=1)"
             )
 
-    @property
-    def admits(self) -> bool:
-        """Whether a start of this queue must be admitted on its key (`store.admission`)."""
-        return self.on_full != "wait"
-
     def params(self, ttl_s: float) -> dict[str, Any]:
         """The queue's row, as `upsert_queue` takes it (declared for `ttl_s` seconds)."""
         count, period = parse_rate(self.rate) if self.rate is not None else (None, None)
