@@ -11,7 +11,8 @@ snapshot per statement). Starts of one key are admitted one after the other, whi
 process starts them; starts of other keys, and claims, are not held up.
 
 - `cancel_new`: when `per_key` runs of the key already hold or want a slot, the newcomer
-  is canceled at once (it exists, `canceled`, its error says why).
+  is canceled at once (`refuse_run`: it exists, `canceled`, its error says why; no
+  worker ever saw it, so there is nothing to interrupt or undo).
 - `cancel_running`: the key's older runs beyond the newest `per_key` (the newcomer among
   them) are canceled through the normal cancel (`lock_tree`, `cancel_tree`): a running
   one is interrupted by its worker and compensates (it keeps its slot until its undos have
@@ -26,13 +27,13 @@ queue's row shows the one its workers declared (`queue_counts`).
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.codec import encode
-from .models import TERMINAL, Run
+from .models import Run
 
 if TYPE_CHECKING:
-    from ..backends import Tx
+    from ..backends import Row, Sent, Tx
     from .records import NewRun
 
 
@@ -47,14 +48,26 @@ class Admission:
     def __init__(self, channel: str) -> None:
         self.channel = channel
 
-    async def admit(self, tx: Tx, run: Run, new: NewRun) -> tuple[Run, list[str]]:
-        """Apply `new.on_full` to the run just inserted; (the run as it now is, the ids of
-        the runs this canceled, to wake this process's listeners once committed)."""
-        assert new.queue is not None and new.concurrency_key is not None
-        assert new.per_key is not None
+    async def insert(
+        self, tx: Tx, new: NewRun, params: dict[str, Any]
+    ) -> tuple[list[Row], list[Row]]:
+        """Insert the run (`insert_run`'s `params`), lock its key, read the key's other
+        runs: (the run inserted, none if its idempotency key had one; the others). One
+        round trip where the transaction is pipelined: the server runs them in order, and
+        key_runs takes its snapshot once the lock is held."""
         key = {"queue": new.queue, "key": new.concurrency_key}
-        await tx.fetch("lock_key", **key)
-        others = await tx.fetch("key_runs", **key, id=run.run_id)
+        inserted = await tx.send("insert_run", **params)
+        await tx.send("lock_key", **key)
+        others = await tx.fetch("key_runs", **key, id=params["id"])
+        return await inserted.rows(), others
+
+    async def admit(
+        self, tx: Tx, run: Run, new: NewRun, others: list[Row]
+    ) -> tuple[Run, list[Sent]]:
+        """Apply `new.on_full` to the run just inserted, given the key's `others`; (the run
+        as it now is, the cancels sent: their rows, the runs canceled, read once committed
+        cost nothing and wake this process's listeners)."""
+        assert new.per_key is not None
         where = f"queue {new.queue!r}, concurrency_key {new.concurrency_key!r}"
         if new.on_full == "cancel_new":
             if len(others) < new.per_key:
@@ -63,27 +76,22 @@ class Admission:
                 f"{where} is full: {len(others)} run(s) hold or wait for its "
                 f"{new.per_key} slot(s) (on_full='cancel_new'); start again once they end"
             )}  # fmt: skip
-            gone = await self._cancel(tx, run.run_id, error)
-            [row] = await tx.fetch("get_run", run_id=run.run_id)
-            return Run.from_row(row), gone
+            [row] = await tx.fetch("refuse_run", id=run.run_id, error=encode(error, "error"))
+            return Run.from_row(row), []
         # cancel_running: the newcomer and the newest per_key - 1 others stay.
         older = [r["id"] for r in others if not r["compensating"]][new.per_key - 1 :]
         error = {"type": "Canceled", "message": (
             f"superseded by run {run.run_id}: {where} runs its newest {new.per_key} "
             "(on_full='cancel_running')"
         )}  # fmt: skip
-        canceled: list[str] = []
-        for run_id in sorted(older):  # trees locked one by one, in id order
-            canceled += await self._cancel(tx, run_id, error)
-        return run, canceled
+        return run, [await self._cancel(tx, run_id, error) for run_id in sorted(older)]
 
-    async def _cancel(self, tx: Tx, run_id: str, error: dict[str, str]) -> list[str]:
-        """The normal cancel of `run_id`'s tree (as `Store.cancel`), unless it ended."""
-        root = [r for r in await tx.fetch("lock_tree", run_id=run_id) if r["id"] == run_id]
-        if not root or root[0]["status"] in TERMINAL or root[0]["status"] == "continued":
-            return []
-        rows = await tx.fetch(
+    async def _cancel(self, tx: Tx, run_id: str, error: dict[str, str]) -> Sent:
+        """The normal cancel of `run_id`'s tree (`lock_tree`, then `cancel_tree`, as
+        `Store.cancel`), sent: pipelined, the victims' cancels cost one round trip. A run
+        that ended since key_runs read it is left as it is (cancel_tree's own test)."""
+        await tx.send("lock_tree", run_id=run_id)
+        return await tx.send(
             "cancel_tree", run_id=run_id, error=encode(error, "error"),
             channel=self.channel, token=uuid.uuid4().hex,
         )  # fmt: skip
-        return [r["id"] for r in rows]

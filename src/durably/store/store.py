@@ -19,7 +19,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from ..backends import Connector, Row, Tx
+from ..backends import Connector, Row, Sent, Tx
 from ..core.codec import canonical, decode, encode
 from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
 from .admission import Admission, admits
@@ -72,8 +72,8 @@ class Store:
     async def _create_admitted(self, new: NewRun, external: Any) -> tuple[Run, bool]:
         # An admission may cancel other runs' trees, in an order a run's end may cross:
         # aborted, the start is run again (in the caller's transaction, it is theirs).
-        async def attempt() -> tuple[Run, bool, list[str]]:
-            canceled: list[str] = []
+        async def attempt() -> tuple[Run, bool, list[Sent]]:
+            canceled: list[Sent] = []
             async with self.db.transaction(external) as tx:
                 run, created = await self.insert_run(tx, new, canceled)
             return run, created, canceled
@@ -82,25 +82,30 @@ class Store:
             run, created, canceled = await attempt()
         else:
             run, created, canceled = await self.db.retrying(attempt, "start")
-        for run_id in canceled:
-            self.db.notify_local(f"cancel:{run_id}")
+        for sent in canceled:
+            for row in await sent.rows():
+                self.db.notify_local(f"cancel:{row['id']}")
         if created:
             self.db.notify_local("run")
         return run, created
 
     async def insert_run(
-        self, tx: Tx, new: NewRun, canceled: list[str] | None = None
+        self, tx: Tx, new: NewRun, canceled: list[Sent] | None = None
     ) -> tuple[Run, bool]:
-        """Insert a run in `tx` (admitted on its key, see `admission`; the runs that
-        cancels are added to `canceled`), or return the one its key already names."""
-        rows = await tx.fetch("insert_run", **self._insert_params(new))
-        if rows:
-            run = Run.from_row(rows[0])
-            if admits(new):
-                run, gone = await self.admission.admit(tx, run, new)
+        """Insert a run in `tx` (admitted on its key, see `admission`; the cancels that
+        sends are added to `canceled`), or return the one its key already names."""
+        params = self._insert_params(new)
+        if admits(new):
+            rows, others = await self.admission.insert(tx, new, params)
+            if rows:
+                run, gone = await self.admission.admit(tx, Run.from_row(rows[0]), new, others)
                 if canceled is not None:
                     canceled.extend(gone)
-            return run, True
+                return run, True
+        else:
+            rows = await tx.fetch("insert_run", **params)
+            if rows:
+                return Run.from_row(rows[0]), True
         if new.idempotency_key is None:
             # Only a fixed child id can collide: the child was started before.
             existing = await tx.fetch("get_run", run_id=new.run_id)

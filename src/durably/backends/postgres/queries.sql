@@ -1064,6 +1064,15 @@ SELECT id, status, compensating, created_at FROM {schema}.runs
 WHERE queue = :queue AND concurrency_key = :key AND id <> :id AND compensating
 ORDER BY created_at DESC, id DESC;
 
+-- name: refuse_run
+-- A start that `on_full="cancel_new"` refuses (under lock_key, in the transaction that
+-- inserted it): canceled at once, as cancel_tree ends a run that never ran (no lease, no
+-- children, nothing to undo); no worker has seen it.
+UPDATE {schema}.runs SET status = 'canceled', error = CAST(:error AS jsonb),
+    finished_at = now(), updated_at = now(), fence = fence + 1, available_at = NULL
+WHERE id = :id AND status = 'pending'
+RETURNING *;
+
 -- name: schedule_last_tick
 -- As `last_tick_at`: a time, which the SQLite connector converts by its name.
 SELECT last_tick AS last_tick_at FROM {schema}.schedules WHERE namespace = :namespace AND workflow = :workflow;

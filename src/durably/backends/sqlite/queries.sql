@@ -776,6 +776,13 @@ SELECT id, status, compensating, created_at FROM {schema}_runs
 WHERE queue = :queue AND concurrency_key = :key AND id <> :id AND compensating
 ORDER BY created_at DESC, id DESC;
 
+-- name: refuse_run
+-- See the PostgreSQL twin.
+UPDATE {schema}_runs SET status = 'canceled', error = :error,
+    finished_at = now(), updated_at = now(), fence = fence + 1, available_at = NULL
+WHERE id = :id AND status = 'pending'
+RETURNING *;
+
 -- name: schedule_last_tick
 -- As `last_tick_at`: a time, which the SQLite connector converts by its name.
 SELECT last_tick AS last_tick_at FROM {schema}_schedules WHERE namespace = :namespace AND workflow = :workflow;
