@@ -8,7 +8,9 @@ reads the key's other runs that hold or want a slot (`key_runs`: pending, runnin
 waiting and due; canceled ones still running their compensations), in a statement of its
 own, so it sees every start of the key admitted before it (READ COMMITTED takes a new
 snapshot per statement). Starts of one key are admitted one after the other, whichever
-process starts them; starts of other keys, and claims, are not held up.
+process starts them; starts of other keys, and claims, are not held up. The run is
+inserted before the lock is taken: of two starts of a key at once, the one that locks
+second reads the first, committed, whatever the order of their inserts.
 
 - `cancel_new`: when `per_key` runs of the key already hold or want a slot, the newcomer
   is canceled at once (`refuse_run`: it exists, `canceled`, its error says why; no
