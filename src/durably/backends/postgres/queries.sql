@@ -1070,7 +1070,7 @@ ORDER BY created_at DESC, id DESC;
 -- children, nothing to undo); no worker has seen it.
 UPDATE {schema}.runs SET status = 'canceled', error = CAST(:error AS jsonb),
     finished_at = now(), updated_at = now(), fence = fence + 1, available_at = NULL
-WHERE id = :id AND status = 'pending'
+WHERE id = :id AND (status = 'pending') IS TRUE  -- by id (see the header)
 RETURNING *;
 
 -- name: schedule_last_tick
