@@ -173,3 +173,24 @@ def test_bad_strategies_are_refused(db_url: str) -> None:
         app.queue("q", per_key=1, on_full=None)  # type: ignore[arg-type]
     assert app.queues == {}
     assert app.queue("q", concurrency=1).on_full == "wait"
+
+
+async def test_starts_of_one_key_at_once_are_admitted_one_by_one(db_url: str) -> None:
+    """20 starts at once, each in a transaction of its own on a connection of its own:
+    with cancel_new one stays; with cancel_running one stays, and it is the last admitted
+    (every other names the run that superseded it)."""
+    for on_full in ("cancel_new", "cancel_running"):
+        app, job, _ = _app(db_url, on_full)
+        async with app:
+            handles = await asyncio.gather(
+                *(job.start(k, concurrency_key=on_full) for k in range(20))
+            )
+            runs = {r.run_id: r for r in await app.list_runs(workflow="job", limit=100)
+                    if r.concurrency_key == on_full}  # fmt: skip
+            assert set(runs) == {h.run_id for h in handles}
+            live = [r for r in runs.values() if r.status == "pending"]
+            assert len(live) == 1, on_full
+            if on_full == "cancel_running":
+                superseders = {r.error["message"].split()[3].rstrip(":")
+                               for r in runs.values() if r.error is not None}  # fmt: skip
+                assert live[0].run_id in superseders
