@@ -127,6 +127,7 @@ class App:
         per_key: int | None = None,
         rate: str | None = None,
         priority: bool = False,
+        on_full: str = "wait",
     ) -> Queue:
         """Declare a queue (flow control, enforced by the database across workers).
 
@@ -136,9 +137,13 @@ class App:
             per_key: at most this many running per `start(..., concurrency_key=)`.
             rate: `"N/DURATION"` (e.g. `"10/1m"`): at most N runs started per window.
             priority: claim larger `start(..., priority=)` first (FIFO within one).
+            on_full: a start whose `concurrency_key` is full: "wait" (queue it),
+                "cancel_running" (cancel the key's older runs: the newest runs) or
+                "cancel_new" (cancel the newcomer at once); needs `per_key`.
 
         Raises:
             ConfigurationError: a bad limit or rate, or the name declared otherwise before.
+            InvalidInput: an `on_full` not listed, or without `per_key`.
 
         Example:
             ```python
@@ -150,7 +155,7 @@ class App:
             await fetch.start(url, concurrency_key="tracker-a")
             ```
         """
-        q = Queue(name, concurrency, per_key, rate, priority)
+        q = Queue(name, concurrency, per_key, rate, priority, on_full)
         if self.queues.setdefault(name, q) != q:
             raise ConfigurationError(f"queue {name!r} is already declared as {self.queues[name]}")
         return q

@@ -65,6 +65,10 @@ class NewRun:
     concurrency_key: str | None = None
     priority: int = 0
     debounce: Debounce | None = None
+    # The queue's `per_key` and `on_full` as the starting code declares them: a start
+    # other than "wait" is admitted on its key in its own transaction (`store.admission`).
+    per_key: int | None = None
+    on_full: str = "wait"
 
 
 @dataclass

@@ -20,9 +20,10 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from ..backends import Connector, Row, Tx
+from ..backends import Connector, Row, Sent, Tx
 from ..core.codec import canonical, decode, encode
 from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
+from .admission import Admission, admits
 from .continues import RunContinues
 from .debounces import Debounces
 from .ends import RunEnds
@@ -49,12 +50,15 @@ class Store:
         self.ends = RunEnds(connector, self.channel)
         self.continues = RunContinues(connector, self.channel, self.ends)
         self.debounces = Debounces(connector)
+        self.admission = Admission(self.channel)
 
     # ----------------------------------------------------------------- client side
 
     async def create_run(self, new: NewRun, external: Any = None) -> tuple[Run, bool]:
         """Insert a run, or return the one its idempotency key already names (or the
-        pending run of its debounce window, updated: see `debounces`)."""
+        pending run of its debounce window, updated: see `debounces`). A debounced start
+        joins or opens its window without a per-key admission: its run waits for a slot
+        when claimed, as any queued run does."""
         if new.debounce is not None:
             run, created = await self.debounces.start(
                 self._insert_params(new), new.debounce, external
@@ -62,6 +66,8 @@ class Store:
             if created:
                 self.db.notify_local("run")
             return run, created
+        if admits(new):  # a transaction of its own: the start is admitted on its key
+            return await self._create_admitted(new, external)
         rows = (
             []
             if external is not None
@@ -76,10 +82,43 @@ class Store:
             self.db.notify_local("run")
         return run, created
 
-    async def insert_run(self, tx: Tx, new: NewRun) -> tuple[Run, bool]:
-        rows = await tx.fetch("insert_run", **self._insert_params(new))
-        if rows:
-            return Run.from_row(rows[0]), True
+    async def _create_admitted(self, new: NewRun, external: Any) -> tuple[Run, bool]:
+        # An admission may cancel other runs' trees, in an order a run's end may cross:
+        # aborted, the start is run again (in the caller's transaction, it is theirs).
+        async def attempt() -> tuple[Run, bool, list[Sent]]:
+            canceled: list[Sent] = []
+            async with self.db.transaction(external) as tx:
+                run, created = await self.insert_run(tx, new, canceled)
+            return run, created, canceled
+
+        if external is not None:
+            run, created, canceled = await attempt()
+        else:
+            run, created, canceled = await self.db.retrying(attempt, "start")
+        for sent in canceled:
+            for row in await sent.rows():
+                self.db.notify_local(f"cancel:{row['id']}")
+        if created:
+            self.db.notify_local("run")
+        return run, created
+
+    async def insert_run(
+        self, tx: Tx, new: NewRun, canceled: list[Sent] | None = None
+    ) -> tuple[Run, bool]:
+        """Insert a run in `tx` (admitted on its key, see `admission`; the cancels that
+        sends are added to `canceled`), or return the one its key already names."""
+        params = self._insert_params(new)
+        if admits(new):
+            rows, others = await self.admission.insert(tx, new, params)
+            if rows:
+                run, gone = await self.admission.admit(tx, Run.from_row(rows[0]), new, others)
+                if canceled is not None:
+                    canceled.extend(gone)
+                return run, True
+        else:
+            rows = await tx.fetch("insert_run", **params)
+            if rows:
+                return Run.from_row(rows[0]), True
         if new.idempotency_key is None:
             # Only a fixed child id can collide: the child was started before.
             existing = await tx.fetch("get_run", run_id=new.run_id)

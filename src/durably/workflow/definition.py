@@ -102,6 +102,8 @@ class Definition(Generic[In, Out]):
             concurrency_key=concurrency_key,
             priority=priority,
             debounce=window,
+            per_key=self.queue.per_key if self.queue is not None else None,
+            on_full=self.queue.on_full if self.queue is not None else "wait",
         )
 
 

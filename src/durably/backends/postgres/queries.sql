@@ -894,12 +894,13 @@ SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS retu
 -- A queue's limits as the app declares them (the last worker to start wins), declared for
 -- `:ttl` seconds at least (see 0008).
 INSERT INTO {schema}.queues (name, concurrency, per_key, rate_limit, rate_period_s, priority,
-    declared_until)
-VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority,
+    on_full, declared_until)
+VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority, :on_full,
     now() + :ttl * interval '1 second')
 ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
     per_key = excluded.per_key, rate_limit = excluded.rate_limit,
-    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now(),
+    rate_period_s = excluded.rate_period_s, priority = excluded.priority,
+    on_full = excluded.on_full, updated_at = now(),
     declared_until = GREATEST({schema}.queues.declared_until, excluded.declared_until)
 RETURNING name;
 
@@ -1067,11 +1068,48 @@ SELECT LEAST(
 -- name: queue_counts
 -- Each declared queue with its running and waiting (pending: due or not) runs.
 SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priority,
+    q.on_full,
     (SELECT count(*) FROM {schema}.runs r
      WHERE r.queue = q.name AND (r.status = 'running' OR r.compensating)) AS running,
     (SELECT count(*) FROM {schema}.runs r WHERE r.queue = q.name AND r.status = 'pending')
         AS waiting
 FROM {schema}.queues q ORDER BY q.name;
+
+-- name: lock_key
+-- A start of a queue with an `on_full` strategy (SPEC §4.23), after its insert: starts of
+-- one (queue, concurrency_key) admit one after the other (`store.admission`); key_runs,
+-- a statement of its own, then sees every start admitted before. Two-key advisory locks
+-- (class 29): the one-key ones of lock_signal never collide with them.
+SELECT pg_advisory_xact_lock(29, hashtext(:queue || '/' || :key)) AS locked;
+
+-- name: key_runs
+-- Under lock_key: the other runs of the key that hold or want a slot, newest first, all
+-- namespaces (a queue's limits count them all). Waiting runs that are not due (asleep,
+-- on a signal) hold none, as in claim_queue; canceled runs running their compensations
+-- hold theirs. Each status is one range of runs_queue (a LATERAL kept as a subquery by
+-- OFFSET 0: flattened, its generic plan read the key's whole history, or every live run
+-- through runs_status); the compensating ones, one of runs_queue_compensating.
+SELECT r.id, r.status, r.compensating, r.created_at
+FROM unnest(ARRAY['pending', 'running', 'held', 'waiting']) AS s(status)
+CROSS JOIN LATERAL (
+    SELECT id, status, compensating, created_at, available_at FROM {schema}.runs
+    WHERE queue = :queue AND status = s.status AND concurrency_key = :key AND id <> :id
+    OFFSET 0
+) r
+WHERE r.status <> 'waiting' OR r.available_at <= now()
+UNION
+SELECT id, status, compensating, created_at FROM {schema}.runs
+WHERE queue = :queue AND concurrency_key = :key AND id <> :id AND compensating
+ORDER BY created_at DESC, id DESC;
+
+-- name: refuse_run
+-- A start that `on_full="cancel_new"` refuses (under lock_key, in the transaction that
+-- inserted it): canceled at once, as cancel_tree ends a run that never ran (no lease, no
+-- children, nothing to undo); no worker has seen it.
+UPDATE {schema}.runs SET status = 'canceled', error = CAST(:error AS jsonb),
+    finished_at = now(), updated_at = now(), fence = fence + 1, available_at = NULL
+WHERE id = :id AND (status = 'pending') IS TRUE  -- by id (see the header)
+RETURNING *;
 
 -- name: schedule_last_tick
 -- As `last_tick_at`: a time, which the SQLite connector converts by its name.

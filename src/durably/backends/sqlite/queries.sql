@@ -644,12 +644,13 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id AND lease_expir
 
 -- name: upsert_queue
 INSERT INTO {schema}_queues (name, concurrency, per_key, rate_limit, rate_period_s, priority,
-    updated_at, declared_until)
-VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority, now(),
-    now() + :ttl)
+    on_full, updated_at, declared_until)
+VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority, :on_full,
+    now(), now() + :ttl)
 ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
     per_key = excluded.per_key, rate_limit = excluded.rate_limit,
-    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now(),
+    rate_period_s = excluded.rate_period_s, priority = excluded.priority,
+    on_full = excluded.on_full, updated_at = now(),
     declared_until = max(coalesce({schema}_queues.declared_until, 0), excluded.declared_until)
 RETURNING name;
 
@@ -780,11 +781,34 @@ SELECT (SELECT min(t) FROM (
 
 -- name: queue_counts
 SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priority,
+    q.on_full,
     (SELECT count(*) FROM {schema}_runs r
      WHERE r.queue = q.name AND (r.status = 'running' OR r.compensating)) AS running,
     (SELECT count(*) FROM {schema}_runs r WHERE r.queue = q.name AND r.status = 'pending')
         AS waiting
 FROM {schema}_queues q ORDER BY q.name;
+
+-- name: lock_key
+-- The IMMEDIATE transaction already holds the database's write lock (see PostgreSQL's).
+SELECT 1 AS locked;
+
+-- name: key_runs
+-- See the PostgreSQL twin.
+SELECT id, status, compensating, created_at FROM {schema}_runs
+WHERE queue = :queue AND concurrency_key = :key AND id <> :id
+  AND status IN ('pending', 'running', 'held', 'waiting')
+  AND (status <> 'waiting' OR available_at <= now())
+UNION
+SELECT id, status, compensating, created_at FROM {schema}_runs
+WHERE queue = :queue AND concurrency_key = :key AND id <> :id AND compensating
+ORDER BY created_at DESC, id DESC;
+
+-- name: refuse_run
+-- See the PostgreSQL twin.
+UPDATE {schema}_runs SET status = 'canceled', error = :error,
+    finished_at = now(), updated_at = now(), fence = fence + 1, available_at = NULL
+WHERE id = :id AND status = 'pending'
+RETURNING *;
 
 -- name: schedule_last_tick
 -- As `last_tick_at`: a time, which the SQLite connector converts by its name.
