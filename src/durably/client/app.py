@@ -25,7 +25,6 @@ from ..store.operations import Operations
 from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, Debounce, NewRun
 from ..store.sends import check_signal_name
 from ..store.store import Store
-from ..store.streams import Streams
 from ..workflow.debounce import debounce_of
 from ..workflow.definition import WorkflowFn
 from ..workflow.queue import Queue
@@ -46,16 +45,31 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def _operated(
-    method: Callable[Concatenate[Operating, P], Awaitable[T]],
+def _delegated(
+    to: str, method: Callable[Concatenate[Any, P], Awaitable[T]]
 ) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
-    """`App`'s method that hands the call to its `Operating` (documented there)."""
+    """`App`'s method that hands the call to its collaborator `self.<to>` (documented
+    there)."""
 
     async def call(self: App, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await method(self._operating, *args, **kwargs)
+        return await method(getattr(self, to), *args, **kwargs)
 
     functools.update_wrapper(call, method)
     return call
+
+
+def _operated(
+    method: Callable[Concatenate[Operating, P], Awaitable[T]],
+) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
+    """`App`'s method that hands the call to its `Operating`."""
+    return _delegated("_operating", method)
+
+
+def _requested(
+    method: Callable[Concatenate[Requesting, P], Awaitable[T]],
+) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
+    """`App`'s method that hands the call to its `Requesting`."""
+    return _delegated("_requesting", method)
 
 
 class App:
@@ -517,41 +531,10 @@ class App:
         """
         return read_stream(self._operating, run_id, key, offset)
 
-    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
-        """Run `run_id`'s streams: `{"key", "length", "closed"}` each (open or closed by
-        `close_stream`; all are closed once the run has ended); with `last`, each also
-        has its latest `last` values, `"last": [{"offset", "value"}, ...]`."""
-        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
-            raise InvalidInput(f"last is a number of values from 0, not {last!r}")
-        await self.open()
-        return await Streams(self.store).list_streams(run_id, last)
-
-    async def request(
-        self, run_id: str, name: str, data: Any = None, *, timeout: Duration | None = "30s",
-        idempotency_key: str | None = None,
-    ) -> Any:  # fmt: skip
-        """Send run `run_id` a durable request `name` and wait for its answer (SPEC §4.22;
-        the workflow takes it with `ctx.step.wait_for_request(name)`).
-
-        Raises:
-            RequestRejected: the workflow rejected it (`.reason`).
-            WorkflowTimeoutError: no answer within `timeout` (None: wait for ever); the
-                request stays pending (`.request_id`: `get_reply` reads a later answer).
-            RunTerminalError: the run has finished (nothing was sent), or it ended
-                without answering (the request stays pending). RunNotFound.
-        """
-        return await self._requesting.request(run_id, name, data, timeout, idempotency_key)
-
-    async def send_request(
-        self, run_id: str, name: str, data: Any = None, *, idempotency_key: str | None = None
-    ) -> str:
-        """Send run `run_id` request `name` without waiting; its id, for `get_reply`."""
-        return await self._requesting.send(run_id, name, data, idempotency_key)
-
-    async def get_reply(self, request_id: str, timeout: Duration | None = 0) -> Any:
-        """The answer to request `request_id` (RequestRejected if rejected), waiting up to
-        `timeout` for it (WorkflowTimeoutError while it stays pending)."""
-        return await self._requesting.get_reply(request_id, timeout)
+    list_streams = _operated(Operating.list_streams)
+    request = _requested(Requesting.request)
+    send_request = _requested(Requesting.send)
+    get_reply = _requested(Requesting.get_reply)
 
     # ----------------------------------------------------------------- workers
 

@@ -17,6 +17,7 @@ from ..store.models import TERMINAL, Run
 from ..store.operations import Operations, Signal
 from ..store.queues import QueueClaims
 from ..store.records import NewRun
+from ..store.streams import Streams
 
 if TYPE_CHECKING:
     from ..store.endwatch import EndWatch
@@ -178,6 +179,17 @@ class Operating:
         """Every event key run `run_id` has set, with its latest value."""
         await self.app.open()
         return await self.operations.list_events(run_id)
+
+    # ----------------------------------------------------------------- streams
+
+    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
+        """Run `run_id`'s streams: `{"key", "length", "closed"}` each (open or closed by
+        `close_stream`; all are closed once the run has ended); with `last`, each also
+        has its latest `last` values, `"last": [{"offset", "value"}, ...]`."""
+        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+            raise InvalidInput(f"last is a number of values from 0, not {last!r}")
+        await self.app.open()
+        return await Streams(self.store).list_streams(run_id, last)
 
     # ----------------------------------------------------------------- signals
 
