@@ -96,7 +96,7 @@ class Operating:
         new = NewRun(
             workflow=old.workflow, version=version,
             max_attempts=wf.retry.max_attempts if wf is not None else 1,
-            input_json=encode(old.input, "the input", self.max_payload),
+            input_json=encode(old.input, "the input", self.max_payload, self.store.codec),
             queue=old.queue, concurrency_key=old.concurrency_key, priority=old.priority,
         )  # fmt: skip  # a fork stays under its queue's limits
         run = await self.operations.fork(old, from_position, new)
