@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.codec import encode
 from ..core.durations import Duration, parse_duration
-from ..core.errors import InvalidInput, RunNotFound, WorkflowTimeoutError
+from ..core.errors import ConfigurationError, InvalidInput, RunNotFound, WorkflowTimeoutError
 from ..core.limits import TimeUp, within
+from ..core.sealing import ENCRYPTED
 from ..store.models import TERMINAL, Run
 from ..store.operations import Operations, Signal
 from ..store.queues import QueueClaims
@@ -91,6 +92,11 @@ class Operating:
         """
         await self.app.open()
         old = await self.store.get_run(run_id)
+        if old.input == ENCRYPTED:  # it cannot be copied: a key this app lacks
+            raise ConfigurationError(
+                f"run {run_id}'s input is encrypted with a key this app "
+                "lacks: fork it with the app's keys (DURABLY_CODEC_KEYS)"
+            )
         version = version or old.version
         wf = self.workflows.get((old.workflow, version))
         new = NewRun(
