@@ -42,6 +42,7 @@ from ..core.errors import (
     WorkflowMisuseError,
     describe,
 )
+from ..core.sealing import as_stored
 from ..store.confirm import ClaimConfirmation
 from ..store.history import History
 from ..store.recorder import StepRecorder
@@ -130,7 +131,7 @@ class Execution:
         self._changed = asyncio.Event()  # the drive looks again
         self.log = RunLog(self.history.max_seq, self.lease, store, recorder, self, self._changed)
         self.budget = Budget(
-            self.run_id, self.history, len(row["history"] or ""), max_payload,
+            self.run_id, self.history, len(as_stored(row["history"] or "")), max_payload,
             max_step_attempts, max_history_bytes, self.poison, self.codec,
         )  # fmt: skip
         self.undos = Undos(self.history)

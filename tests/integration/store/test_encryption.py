@@ -9,11 +9,13 @@ reads as it is; the payload limit applies to what is stored."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 
 from durably import (
@@ -205,3 +207,28 @@ async def test_the_payload_limit_applies_to_what_is_stored(db_url: str) -> None:
         with pytest.raises(PayloadTooLarge, match="as stored, encrypted"):
             await echo.start("x" * 800)  # 802 bytes of JSON, well over 1000 sealed
         assert len(await app.list_runs()) == 1  # nothing written
+
+
+async def test_a_run_started_from_sql_is_plaintext_and_runs_encrypted(pg_url: str) -> None:
+    """`durably.start_run` cannot encrypt: its input is stored as given, read as it is,
+    and what the run writes after is encrypted."""
+    app = _app(pg_url, FernetCodec([KEY_A]))
+    async with app:
+        await app.migrate()
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT durably.start_run('child', 'v1', CAST(%s AS jsonb))",
+                (json.dumps(SECRETS["child_in"]),),
+            )
+            [(run_id,)] = await cur.fetchall()
+        async with app.worker():
+            await eventually(lambda: _status(app, run_id, "completed"), what="its end")
+        run = await app.get_run(run_id)
+        assert (run.input, run.output) == (SECRETS["child_in"], SECRETS["child_out"])
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            cur = await conn.execute(
+                "SELECT input::text, output::text FROM durably.runs WHERE id = %s", (run_id,)
+            )
+            [(stored_input, stored_output)] = await cur.fetchall()
+    assert json.loads(stored_input) == SECRETS["child_in"]  # as SQL wrote it
+    assert json.loads(stored_output).startswith(MARKER)
