@@ -81,8 +81,9 @@ async def all_runs(app: Durably) -> list[Run]:
 def check_all(ev: Evidence) -> list[Check]:
     return [check_states(ev), check_lost(ev), check_stuck(ev), check_running(ev),
             check_completed_once(ev), check_effects(ev), check_executions(ev), check_fences(ev),
-            check_after_cancel(ev), check_signals(ev), check_requests(ev), check_compensations(ev),
-            check_children(ev), check_deploys(ev), check_deaths(ev), check_chains(ev)]  # fmt: skip
+            check_after_cancel(ev), check_signals(ev), check_requests(ev), check_streams(ev),
+            check_compensations(ev), check_children(ev), check_deploys(ev), check_deaths(ev),
+            check_chains(ev)]  # fmt: skip
 
 
 def _by_key(ev: Evidence) -> dict[str, Run]:
@@ -272,7 +273,7 @@ def check_signals(ev: Evidence) -> Check:
     received: Counter[str] = Counter()
     for steps in ev.steps.values():
         for s in steps:
-            if s.kind == "signal-wait" and s.status == "completed" and not _request(s):
+            if s.kind == "signal-wait" and s.status == "completed":  # not a request-wait
                 received[json.dumps(s.output, sort_keys=True)] += 1
     runs, sent = _by_key(ev), set()
     for plan in ev.plans.values():
@@ -293,11 +294,6 @@ def check_signals(ev: Evidence) -> Check:
     return c
 
 
-def _request(step: Any) -> bool:
-    """A request's wait (`check_requests`), a signal wait on its reserved name."""
-    return str(step.signal or "").startswith("durably:request:")
-
-
 def check_requests(ev: Evidence) -> Check:
     c = Check("every request got exactly one answer, and the run replied to it once")
     runs = _by_key(ev)
@@ -316,6 +312,30 @@ def check_requests(ev: Evidence) -> Check:
         if run.status == "completed":
             c.expect(len(done) == 2 and len(plan.answers) == 2,
                      f"{where}: {len(done)} replies, {len(plan.answers)} answers")  # fmt: skip
+    return c
+
+
+def check_streams(ev: Evidence) -> Check:
+    c = Check("a reader following a stream through the faults read each value once, in order")
+    runs = _by_key(ev)
+    for plan in ev.plans.values():
+        if plan.workflow != "chaos-stream":
+            continue
+        run = runs.get(plan.key)
+        if run is None:
+            continue
+        where = f"{plan.key} {run.run_id} ({run.status})"
+        n = plan.spec["n"]
+        written = [s for s in ev.steps.get(run.run_id, []) if s.kind == "stream"]
+        offsets = sorted(s.output for s in written  # a close is a stream step without one
+                         if s.status == "completed" and isinstance(s.output, int))  # fmt: skip
+        c.expect(offsets == list(range(len(offsets))), f"{where}: offsets written {offsets}")
+        # What the reader got is what the run wrote: a prefix of 0..n-1 (all of it once
+        # the run completed), however often its reads were cut.
+        c.expect(plan.read == list(range(len(plan.read))) and len(plan.read) == len(offsets),
+                 f"{where}: read {plan.read}, {len(offsets)} written")  # fmt: skip
+        if run.status == "completed":
+            c.expect(len(plan.read) == n, f"{where}: {len(plan.read)} of {n} values read")
     return c
 
 

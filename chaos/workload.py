@@ -50,6 +50,7 @@ PLANT = os.environ.get("CHAOS_PLANT", "")
 PLANTS = {
     "double-signal": "the load generator delivers one buffered signal twice",
     "outside-tx": "a transaction body that rolls back once writes its row outside the transaction",
+    "stream-reread": "a stream's reader, cut once, reads again from the start, not its offset",
 }
 # A rolling deploy: worker processes of the old deploy run beside those of the new one. The
 # old deploy predates chaos-saga and has the previous version of chaos-signals; the load
@@ -233,6 +234,17 @@ async def requests_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> list[Any]:
     return answered
 
 
+@app.workflow(name="chaos-stream")
+async def stream_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> int:
+    """Write 0..n-1 to stream "s" (SPEC §4.21), a step between some, then close it."""
+    for i in range(spec["n"]):
+        if i in spec["pauses"]:
+            await ctx.step.run(f"pause-{i}", work, i, spec["millis"])
+        await ctx.step.write_stream("s", i)
+    await ctx.step.close_stream("s")
+    return int(spec["n"])
+
+
 @app.workflow(name="chaos-child")
 async def child_wf(ctx: WorkflowContext, spec: dict[str, Any]) -> Any:
     if spec["mode"] == "slow":
@@ -335,6 +347,7 @@ class Plan:
     canceled_at: float | None = None  # when the cancel call returned (time.time())
     driver_error: str | None = None
     answers: list[Any] = field(default_factory=list)  # what each `app.request` returned
+    read: list[Any] = field(default_factory=list)  # what a reader of its stream got
 
 
 def _steps(rng: random.Random) -> Plan:
@@ -404,19 +417,27 @@ def _chain(rng: random.Random) -> Plan:
     return Plan("", "chaos-chain", spec, expect_output=sum(values))
 
 
+def _stream(rng: random.Random) -> Plan:
+    n = rng.randint(3, 40)
+    pauses = sorted(rng.sample(range(n), rng.randint(0, min(n, 4))))
+    spec = {"n": n, "pauses": pauses, "millis": rng.choice([0, 10, 200])}
+    return Plan("", "chaos-stream", spec, expect_output=n)
+
+
 def make_plan(rng: random.Random, number: int) -> Plan:
     """The plan of the `number`-th run: a random kind of the mixed workload."""
     key = f"c{number:05d}"
     kind = rng.choices(["steps", "gather", "signals", "children", "ledger", "saga", "deadline",
-                        "requests", "chain"],
-                       [3, 3, 2, 1.5, 2, 1.5, 0.7, 1, 1.5])[0]  # fmt: skip
+                        "requests", "chain", "stream"],
+                       [3, 3, 2, 1.5, 2, 1.5, 0.7, 1, 1.5, 1])[0]  # fmt: skip
     if kind == "requests":
         plan = Plan("", "chaos-requests", {}, expect_output=[1, 2])
     elif kind == "signals":
         plan = _signals(rng, key)
     else:
         make = {"steps": _steps, "gather": _gather, "children": _children, "ledger": _ledger,
-                "saga": _saga, "deadline": _deadline, "chain": _chain}[kind]  # fmt: skip
+                "saga": _saga, "deadline": _deadline, "chain": _chain,
+                "stream": _stream}[kind]  # fmt: skip
         plan = make(rng)
     plan.key = key
     if plan.cancel_after is None and plan.deadline_s is None and rng.random() < 0.06:
@@ -513,6 +534,8 @@ class LoadGenerator:
             plan.sent.append(await self._send(data, key))
         if plan.workflow == "chaos-requests":
             await self._ask(plan, began)
+        elif plan.workflow == "chaos-stream":
+            await self._follow(plan, began)
         elif plan.cancel_after is not None:
             await asyncio.sleep(max(0.0, began + plan.cancel_after - time.monotonic()))
             await self._cancel(plan)
@@ -538,6 +561,33 @@ class LoadGenerator:
                         continue
         except RunTerminalError:
             pass  # canceled (or ended by its deadline) before it answered
+        finally:
+            if canceling is not None:
+                await canceling
+
+    async def _follow(self, plan: Plan, began: float) -> None:
+        """Read the run's stream to its close, from where the last read stopped whenever
+        the database goes away (a reader loses nothing and sees each value once); a cancel
+        races it (the run's end closes the stream)."""
+        assert plan.run_id is not None
+        canceling = None
+        if plan.cancel_after is not None:
+            canceling = asyncio.create_task(self._cancel_at(plan, began))
+        outage = _Outage(self)
+        try:
+            while True:
+                offset = len(plan.read)
+                if self.plant == "stream-reread" and not self._planted and offset:
+                    self._planted, offset = True, 0  # planted: it lost its place
+                try:
+                    async for value in self.client.read_stream(plan.run_id, "s", offset):
+                        plan.read.append(value)
+                        if self.plant == "stream-reread" and not self._planted:
+                            break  # planted: cut after the first value
+                    else:
+                        return
+                except DatabaseUnavailable as exc:
+                    await outage.pause(exc)
         finally:
             if canceling is not None:
                 await canceling

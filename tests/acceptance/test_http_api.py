@@ -250,6 +250,36 @@ def test_an_idempotent_start_and_a_conflict(served: Served) -> None:
     assert served.ok("GET", "/runs", key="order-2") == []
 
 
+def test_a_debounced_start_over_http_and_the_cli_join_one_window(served: Served) -> None:
+    body = {"workflow": "price", "input": {"id": "o1"}, "debounce": "1h",
+            "debounce_key": "cart-1", "debounce_max": "2h"}  # fmt: skip
+    opened = served.call("POST", "/runs", body)
+    assert opened.status_code == 201, opened.text
+    started = opened.json()
+    joined = served.call("POST", "/runs", {**body, "input": {"id": "o2"}})
+    assert joined.status_code == 200 and joined.json() == started  # the window's run
+    assert served.cli_json(
+        "start", "price", "--input", '{"id": "o3", "amount": 2}', "--debounce", "1h",
+        "--debounce-key", "cart-1", "--debounce-max", "2h",
+    ) == started  # fmt: skip
+    run = served.ok("GET", f"/runs/{started['run_id']}")
+    assert run["input"] == {"id": "o3", "amount": 2} and run["status"] == "pending"
+    assert (
+        run["debounce_key"] == "cart-1"
+        and "debounce_key cart-1" in served.cli("show", started["run_id"]).stdout
+    )
+    refused = served.call("POST", "/runs", {**body, "debounce_max": "1m"})
+    assert refused.status_code == 400
+    assert refused.json()["error"] == served.cli_error(
+        "start", "price", "--input", '{"id": "o1"}', "--debounce", "1h", "--debounce-key",
+        "cart-1", "--debounce-max", "1m",
+    )  # fmt: skip
+    assert "at least debounce" in refused.json()["error"]
+    assert "debounce_key" in served.cli_error("start", "price", "--debounce", "5s")
+    assert [r["run_id"] for r in served.ok("GET", "/runs")] == [started["run_id"]]
+    assert served.ok("GET", f"/runs/{started['run_id']}")["input"] == run["input"]
+
+
 def test_a_run_started_over_http_completes_in_a_worker(served: Served) -> None:
     started = served.ok(
         "POST", "/runs", {"workflow": "price", "input": {"id": "o1", "amount": 3}}, 201

@@ -11,7 +11,8 @@ from durably.backends import _queries
 
 _CONCURRENT = re.compile(r"\bCONCURRENTLY\b", re.IGNORECASE)
 _IDEMPOTENT = re.compile(
-    r"^(CREATE (UNIQUE )?INDEX CONCURRENTLY IF NOT EXISTS|DROP INDEX CONCURRENTLY IF EXISTS)\s",
+    r"^(CREATE (UNIQUE )?INDEX CONCURRENTLY IF NOT EXISTS|DROP INDEX CONCURRENTLY IF EXISTS"
+    r"|ALTER TABLE \S+ ADD COLUMN IF NOT EXISTS)\s",
     re.IGNORECASE,
 )
 
@@ -21,9 +22,9 @@ def _outside(package: str) -> list[tuple[str, str]]:
             if _queries.outside_transaction(text)]  # fmt: skip
 
 
-def test_postgres_builds_the_claim_indexes_outside_a_transaction() -> None:
+def test_postgres_builds_the_claim_and_debounce_indexes_outside_a_transaction() -> None:
     names = [name for name, _ in _outside("durably.backends.postgres")]
-    assert names == ["0011_claim_by_namespace.sql", "0018_due_by_status.sql"]
+    assert names == ["0011_claim_by_namespace.sql", "0018_due_by_status.sql", "0025_debounce.sql"]
 
 
 @pytest.mark.parametrize("name, text", _outside("durably.backends.postgres"))

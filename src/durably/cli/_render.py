@@ -64,6 +64,8 @@ def run_summary(run: Run) -> None:
         console.print(f"continued_from {run.continued_from}")
     if run.continued_as:
         console.print(f"continued_as {run.continued_as}")
+    if run.debounce_key:  # started by a debounced start (SPEC §4.23)
+        console.print(f"debounce_key {run.debounce_key}")
 
 
 def timeline(run: Run, steps: list[StepAttempt], width: int = 30) -> None:

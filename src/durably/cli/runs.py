@@ -47,12 +47,20 @@ def start(
         None, "--concurrency-key", help="the queue's per_key limit groups by it"
     ),
     priority: int = typer.Option(0, "--priority", help="larger is claimed first (queues)"),
+    debounce: str | None = typer.Option(
+        None, "--debounce", help="e.g. 5s: join the pending run of --debounce-key's window"
+    ),
+    debounce_key: str | None = typer.Option(None, "--debounce-key"),
+    debounce_max: str | None = typer.Option(
+        None, "--debounce-max", help="start at most this long after the window's first start"
+    ),
     wait: bool = typer.Option(
         False, "--wait", help="wait until the run has finished, showing its progress on stderr"
     ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Start a run; prints {"run_id", "status", "version"}."""
+    """Start a run; prints {"run_id", "status", "version"} (of the run a debounced start
+    joined, when it joined one)."""
     data = parse_json(input_text, "--input")
     when = _instant(available_at, "--available-at")
     deadline = _instant(deadline_at, "--deadline-at")
@@ -62,7 +70,8 @@ def start(
         handle = await durably.start(
             workflow, data, version=version, idempotency_key=idempotency_key,
             available_at=when, deadline_at=deadline, concurrency_key=concurrency_key,
-            priority=priority,
+            priority=priority, debounce=debounce, debounce_key=debounce_key,
+            debounce_max=debounce_max,
         )  # fmt: skip
         if wait:
             return await wait_with_progress(durably, handle.run_id)

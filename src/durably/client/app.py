@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import logging
 import os
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
@@ -22,10 +23,11 @@ from ..core.sealing import Codec, codec_from_env
 from ..store.endwatch import EndWatch
 from ..store.models import Run, StepAttempt
 from ..store.operations import Operations
-from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, NewRun
+from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, Debounce, NewRun
 from ..store.sends import check_signal_name
 from ..store.store import Store
 from ..store.streams import Streams
+from ..workflow.debounce import debounce_of
 from ..workflow.definition import WorkflowFn
 from ..workflow.queue import Queue
 from ..workflow.schedule import Schedule
@@ -85,6 +87,9 @@ class App:
         self.max_history_bytes = max_history_bytes
         self._migrate = migrate
         self._opened = False
+        # Made by `worker()`: each holds the store it was made with, so `rebind` refuses
+        # while one has not ended (a worker that ended stays on its database).
+        self._workers: weakref.WeakSet[Worker] = weakref.WeakSet()
         self._open_lock: asyncio.Lock | None = None
         self.workers_running: set[Worker] = set()  # those `close()` stops first
         self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
@@ -102,6 +107,8 @@ class App:
         """Point this (not yet opened) app at another database (and schema); the app."""
         if self._opened:
             raise RuntimeError("rebind() must come before the app connects")
+        if any(not w.ended.done() for w in self._workers):
+            raise RuntimeError("rebind() must come before app.worker(), or after it ended")
         self.url = url
         self._connect(self.connector.schema if schema is None else schema)
         return self
@@ -301,6 +308,9 @@ class App:
         connection: Any = None,
         concurrency_key: str | None = None,
         priority: int = 0,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        debounce_max: Duration | None = None,
     ) -> RunHandle[Any]:
         """Start workflow `workflow` by name (see `Workflow.start`).
 
@@ -320,21 +330,27 @@ class App:
             ```
         """
         if not self.workflows:
+            window = debounce_of(
+                debounce, debounce_key, debounce_max, idempotency_key=idempotency_key,
+                available_at=available_at,
+            )  # fmt: skip
             return await self._start_by_name(
                 workflow, input, version, idempotency_key, available_at, deadline_at,
-                connection, concurrency_key, priority,
+                connection, concurrency_key, priority, window,
             )  # fmt: skip
         wf = self.get_workflow(workflow, version)
         return await wf.start(
             input, idempotency_key=idempotency_key, available_at=available_at,
             deadline_at=deadline_at, connection=connection, concurrency_key=concurrency_key,
-            priority=priority,
+            priority=priority, debounce=debounce, debounce_key=debounce_key,
+            debounce_max=debounce_max,
         )  # fmt: skip
 
     async def _start_by_name(
         self, workflow: str, input: Any, version: str | None, idempotency_key: str | None,
         available_at: datetime | str | None, deadline_at: datetime | str | None,
         connection: Any, concurrency_key: str | None, priority: int,
+        window: Debounce | None = None,
     ) -> RunHandle[Any]:  # fmt: skip
         """A thin client's start: written as given, bound and validated by its worker."""
         if not isinstance(workflow, str) or not workflow:
@@ -350,10 +366,10 @@ class App:
             idempotency_key=idempotency_key,
             available_at=parse_instant(available_at, now) if available_at else None,
             deadline_at=parse_instant(deadline_at, now) if deadline_at else None,
-            concurrency_key=concurrency_key, priority=priority,
+            concurrency_key=concurrency_key, priority=priority, debounce=window,
         )  # fmt: skip
-        run, _ = await self.create_run(new, connection)
-        return RunHandle(self, run.run_id, run)
+        run, created = await self.create_run(new, connection)
+        return RunHandle(self, run.run_id, run, joined=window is not None and not created)
 
     async def send_signal(
         self,
@@ -503,11 +519,14 @@ class App:
         """
         return read_stream(self._operating, run_id, key, offset)
 
-    async def list_streams(self, run_id: str) -> list[dict[str, Any]]:
+    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
         """Run `run_id`'s streams: `{"key", "length", "closed"}` each (open or closed by
-        `close_stream`; all are closed once the run has ended)."""
+        `close_stream`; all are closed once the run has ended); with `last`, each also
+        has its latest `last` values, `"last": [{"offset", "value"}, ...]`."""
+        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+            raise InvalidInput(f"last is a number of values from 0, not {last!r}")
         await self.open()
-        return await Streams(self.store).list_streams(run_id)
+        return await Streams(self.store).list_streams(run_id, last)
 
     async def request(
         self, run_id: str, name: str, data: Any = None, *, timeout: Duration | None = "30s",
@@ -550,5 +569,7 @@ class App:
         """A worker that executes this app's workflows (`await worker.run()`)."""
         from ..worker.worker import Worker
 
-        return Worker(self, concurrency, lease, heartbeat, worker_id, poll_interval,
-                      shutdown_grace)  # fmt: skip
+        worker = Worker(self, concurrency, lease, heartbeat, worker_id, poll_interval,
+                        shutdown_grace)  # fmt: skip
+        self._workers.add(worker)
+        return worker

@@ -50,12 +50,14 @@ class RunHandle(Generic[Out]):
     """
 
     def __init__(
-        self, app: Client, run_id: str, run: Run | None = None, *, output_type: Any = Any
-    ) -> None:
+        self, app: Client, run_id: str, run: Run | None = None, *, output_type: Any = Any,
+        joined: bool = False,
+    ) -> None:  # fmt: skip
         self.app = app
         self.run_id = run_id
         self.run = run
         self.output_type = output_type
+        self.joined = joined  # a debounced start that joined its window's pending run
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.run_id}>"

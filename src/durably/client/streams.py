@@ -5,8 +5,9 @@ with nothing left to read it waits to be woken: by the write's NOTIFY (PostgreSQ
 commit (SQLite: this process's writes at once, another process's through the data-version
 poll), by the run's end, or by a safety poll. Each read asks the database, so a reader that
 connects late, or was disconnected, loses nothing and sees each value once, in order. The
-state is read before the values: a stream closed (or a run ended) then has every value
-in the read that follows, and the reader stops when that read finds no more.
+state and the values are read in one statement (one snapshot, one round trip): a stream
+closed (or a run ended) in it has every value in it, and the reader stops when a read of
+a closed stream finds no more.
 """
 
 from __future__ import annotations
@@ -37,8 +38,7 @@ async def read_stream(op: Operating, run_id: str, key: str, offset: int = 0) -> 
     async with watch.watching_events(run_id) as changed, watch.watching(run_id) as ended:
         while True:
             changed.clear()
-            state = await streams.state(run_id, key)
-            batch = await streams.read(run_id, key, offset)
+            state, batch = await streams.poll(run_id, key, offset)
             for at, value in batch:
                 offset = at + 1
                 yield value

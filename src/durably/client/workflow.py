@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
+from ..core.durations import Duration
 from ..core.retry import RetryPolicy
 from ..workflow.definition import Definition, WorkflowFn
 from ..workflow.queue import Queue
@@ -51,6 +52,9 @@ class Workflow(Definition[In, Out]):
         connection: Any = None,
         concurrency_key: str | None = None,
         priority: int = 0,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        debounce_max: Duration | None = None,
     ) -> RunHandle[Out]: ...
 
     @overload
@@ -64,6 +68,9 @@ class Workflow(Definition[In, Out]):
         connection: Any = None,
         concurrency_key: str | None = None,
         priority: int = 0,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        debounce_max: Duration | None = None,
     ) -> RunHandle[Out]: ...
 
     async def start(
@@ -76,6 +83,9 @@ class Workflow(Definition[In, Out]):
         connection: Any = None,
         concurrency_key: str | None = None,
         priority: int = 0,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        debounce_max: Duration | None = None,
     ) -> RunHandle[Out]:
         """Start a run (or return the run this idempotency key already started).
 
@@ -89,17 +99,29 @@ class Workflow(Definition[In, Out]):
                 written in its transaction (roll back and nothing was started).
             concurrency_key: the workflow's queue runs at most `per_key` runs sharing it.
             priority: the queue (declared with `priority=True`) claims larger first.
+            debounce: wait this long for a later start with the same `debounce_key`
+                (SPEC §4.23): a start inside the window returns the window's pending run,
+                its input and options replaced by this start's, and its start pushed back
+                to `debounce` from now (`handle.joined` is then True). Once a worker has
+                claimed the run, the next start opens a new window.
+            debounce_key: the window's key, per workflow name (needed with `debounce`).
+            debounce_max: the run starts at most this long after the first start of its
+                window, however many follow (at least `debounce`; default: no cap).
 
         Raises:
-            InvalidInput: the input does not fit; nothing was written.
+            InvalidInput: the input does not fit, or the debounce options do not make a
+                window (`debounce` with `idempotency_key` or `available_at` included);
+                nothing was written.
         """
         new = self.new_run(
             input, max_payload=self.app.max_payload, codec=self.app.codec, now=self._now(),
             idempotency_key=idempotency_key, available_at=available_at,
             deadline_at=deadline_at, concurrency_key=concurrency_key, priority=priority,
+            debounce=debounce, debounce_key=debounce_key, debounce_max=debounce_max,
         )  # fmt: skip
-        run, _ = await self.app.create_run(new, connection)
-        return RunHandle(self.app, run.run_id, run, output_type=self.output_type)
+        run, created = await self.app.create_run(new, connection)
+        joined = new.debounce is not None and not created
+        return RunHandle(self.app, run.run_id, run, output_type=self.output_type, joined=joined)
 
     def handle(self, run_id: str) -> RunHandle[Out]:
         """A handle on an existing run of this workflow (its result typed as `Out`)."""

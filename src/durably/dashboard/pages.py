@@ -34,6 +34,7 @@ from .auth import Auth
 
 log = logging.getLogger("durably.dashboard")
 PAGE = 50  # runs a list page shows
+STREAM_VALUES = 10  # the latest values a run page shows of each of its streams
 # Pages are framed by nobody and run no script but the dashboard's own (`/live.js`);
 # the timeline's bars are placed by inline styles.
 HEADERS = {"X-Frame-Options": "DENY",
@@ -170,12 +171,14 @@ class Pages:
         run = await app.get_run(run_id)
         steps = await app.list_steps(run_id)
         events = await app.list_events(run_id)
+        streams = await app.list_streams(run_id, last=STREAM_VALUES)
         completed = len(await app.operations.log_entries(run))
         return self.render(
             "run_part.html", run=run, csrf=self.auth.csrf(), children=views.children(steps),
             due_at=views.due_at(run), wakes_at=views.wakes_at(run),
             signals=views.waited_signals(run), resumable=views.resumable(run),
-            completed=completed, events=events, bars=views.timeline(run, steps),
+            completed=completed, events=events, streams=streams,
+            bars=views.timeline(run, steps),
         ).strip()  # fmt: skip
 
     async def login(self, request: Request) -> Response:

@@ -11,7 +11,9 @@ which moves to it (a start with the key returns the newest run of the chain). It
 with attempts at 0 and an empty history. Signals buffered for the old run move to it.
 
 Requests (store/requests.py, SPEC §4.22) still unanswered move with them: re-addressed to
-`next_id` in `_continue`'s transaction, so the run that takes one can answer it.
+`next_id` in `_continue`'s transaction, so the run that takes one can answer it; one the
+old run took but did not answer is given back to the next run's buffer (after those still
+buffered there).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from ..backends import Connector, Row
 from ..core.codec import encode
 from .ends import RunEnds
-from .models import Run
+from .models import REQUEST_PREFIX, Run
 from .records import Lease, PendingStep
 
 # A chain longer than this is read as a loop in the data (a defect), not followed on.
@@ -88,8 +90,10 @@ class RunContinues:
                 idempotency_key=idempotency_key, channel=self.channel,
             )  # fmt: skip
             # Its requests still unanswered are the next run's: their signals moved with
-            # it, and only the run a request is stored under can answer it.
-            await tx.send("continue_requests", run_id=lease.run_id, next_id=next_id)
+            # it (one it took goes back to its buffer), and only the run a request is
+            # stored under can answer it.
+            await tx.send("continue_requests", run_id=lease.run_id, next_id=next_id,
+                          prefix=REQUEST_PREFIX)  # fmt: skip
             for child in await tx.fetch("live_children", run_id=lease.run_id):
                 cancels += await tx.fetch(
                     "cancel_tree", run_id=child["id"], channel=self.channel,

@@ -62,6 +62,7 @@ class Run:
     priority: int = 0
     resumes: tuple[int, ...] = ()  # the workflow attempts that began by `app.resume`
     continued_from: str | None = None  # the run this one continues as new (§4.23)
+    debounce_key: str | None = None  # the key of the debounce window it was started in
 
     @property
     def continued_as(self) -> str | None:
@@ -96,15 +97,16 @@ class Run:
             compensating=bool(row.get("compensating")),
             queue=row.get("queue"), concurrency_key=row.get("concurrency_key"),
             priority=row.get("priority") or 0, resumes=tuple(decode(row.get("resumes")) or ()),
-            continued_from=row.get("continued_from"),
+            continued_from=row.get("continued_from"), debounce_key=row.get("debounce_key"),
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The run as JSON-ready data (the CLI's `--json` run document); `continued_as`
-        and `continued_from` only where set (SPEC §5)."""
+        """The run as JSON-ready data (the CLI's `--json` run document); `continued_as`,
+        `continued_from` and `debounce_key` only where set (SPEC §5)."""
         out = _to_dict(self)
-        if out["continued_from"] is None:
-            del out["continued_from"]
+        for optional in ("continued_from", "debounce_key"):
+            if out[optional] is None:
+                del out[optional]
         if self.continued_as is not None:
             out["continued_as"] = self.continued_as
         return out
@@ -138,8 +140,13 @@ class StepAttempt:
 
     @classmethod
     def from_row(cls, row: Row) -> StepAttempt:
+        """A request's wait, stored as a signal wait on its reserved name, is a
+        `request-wait` (`testing.replay` reads an export back as the signal wait it is)."""
+        kind = row["kind"]
+        if kind == "signal-wait" and (row["signal"] or "").startswith(REQUEST_PREFIX):
+            kind = "request-wait"
         return cls(
-            step=row["step"], kind=row["kind"], status=row["status"], attempt=row["attempt"],
+            step=row["step"], kind=kind, status=row["status"], attempt=row["attempt"],
             position=row["position"], worker_id=row["worker_id"],
             started_at=row["started_at"], finished_at=row["finished_at"],
             output=decode(row["output"]), error=_error(row["error"]), fence=row["fence"],
@@ -151,13 +158,8 @@ class StepAttempt:
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The attempt as JSON-ready data (the CLI's `--json` step document). A request's
-        wait, stored as a signal wait on its reserved name, shows as `request-wait`
-        (`testing.replay` reads it back as the signal wait it is)."""
-        out = _to_dict(self)
-        if self.kind == "signal-wait" and (self.signal or "").startswith(REQUEST_PREFIX):
-            out["kind"] = "request-wait"
-        return out
+        """The attempt as JSON-ready data (the CLI's `--json` step document)."""
+        return _to_dict(self)
 
 
 def _error(text: str | None) -> dict[str, Any] | None:

@@ -40,6 +40,17 @@ UNKNOWN_ATTEMPTS = 0
 
 
 @dataclass(frozen=True)
+class Debounce:
+    """A debounced start's window (SPEC §4.23): starts with one `key` join the pending run
+    of their workflow's window, pushing its start back to `delay_s` after the latest, never
+    past `max_s` (None: no cap) after the start that opened the window."""
+
+    key: str
+    delay_s: float
+    max_s: float | None = None
+
+
+@dataclass(frozen=True)
 class NewRun:
     """What `start()` asks to be stored."""
 
@@ -57,6 +68,7 @@ class NewRun:
     queue: str | None = None
     concurrency_key: str | None = None
     priority: int = 0
+    debounce: Debounce | None = None
 
 
 @dataclass

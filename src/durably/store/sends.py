@@ -13,17 +13,23 @@ from typing import Any
 from ..backends import Connector, Fetched, Row, Sent, Tx
 from ..core.codec import decode, encode
 from ..core.errors import InvalidInput, LeaseLostError, RunNotFound, RunTerminalError
-from .models import TERMINAL
+from .models import REQUEST_PREFIX, TERMINAL
 from .records import Lease, PendingStep
 from .steps import StepRecords
 
 
 def check_signal_name(name: object) -> str:
     """`name` if it can name a signal; an empty or blank name (a form left empty, an
-    unset variable) would be stored and never waited for: refused before anything is
+    unset variable) would be stored and never waited for, and a request's reserved name
+    would reach its wait as a request nobody can answer: refused before anything is
     written."""
     if not isinstance(name, str) or not name.strip():
         raise InvalidInput(f"a signal needs a name that is not blank, not {name!r}")
+    if name.startswith(REQUEST_PREFIX):  # a wait_for_request would take it as a request
+        raise InvalidInput(
+            f"signal names starting {REQUEST_PREFIX!r} are reserved for requests: send "
+            f"{name!r} as app.request(run_id, {name.removeprefix(REQUEST_PREFIX)!r}, data)"
+        )
     return name
 
 

@@ -3,7 +3,8 @@ read, listed, canceled; claimed, renewed, parked, held or let go by a worker.
 
 What else is written about a run is the concern of a collaborator the store holds, each
 over the same connector: `steps` (its step records), `sends` (signals sent and taken),
-`givebacks` (a signal a wait held, handed back) and `ends` (its end, or a retry's).
+`givebacks` (a signal a wait held, handed back), `ends` (its end, or a retry's) and
+`debounces` (a debounced start, which joins its window's run or opens one).
 
 Everything that writes on behalf of a worker is fenced: it carries a `Lease` and commits
 only while that lease is live (see the header of each `queries.sql`). Everything that
@@ -24,6 +25,7 @@ from ..core.codec import canonical, decode, encode
 from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
 from ..core.sealing import Codec
 from .continues import RunContinues
+from .debounces import Debounces
 from .ends import RunEnds
 from .giveback import GiveBacks
 from .models import TERMINAL, Run, StepAttempt
@@ -51,11 +53,20 @@ class Store:
         self.requests = Requests(connector, self.channel, self.sends)
         self.ends = RunEnds(connector, self.channel, codec)
         self.continues = RunContinues(connector, self.channel, self.ends)
+        self.debounces = Debounces(connector)
 
     # ----------------------------------------------------------------- client side
 
     async def create_run(self, new: NewRun, external: Any = None) -> tuple[Run, bool]:
-        """Insert a run, or return the one its idempotency key already names."""
+        """Insert a run, or return the one its idempotency key already names (or the
+        pending run of its debounce window, updated: see `debounces`)."""
+        if new.debounce is not None:
+            run, created = await self.debounces.start(
+                self._insert_params(new), new.debounce, external
+            )
+            if created:
+                self.db.notify_local("run")
+            return run, created
         rows = (
             []
             if external is not None

@@ -142,6 +142,20 @@ class Streams:
             raise RunNotFound(f"no run with id {run_id!r}")
         return StreamState(rows[0]["status"], bool(rows[0]["closed"]))
 
+    async def poll(
+        self, run_id: str, key: str, from_offset: int, limit: int = READ_BATCH
+    ) -> tuple[StreamState, list[tuple[int, Any]]]:
+        """The stream's state and its (offset, value) from `from_offset` on, up to `limit`,
+        in one snapshot (one round trip a reader's wake-up). RunNotFound: no such run."""
+        rows = await self.db.fetch(
+            "stream_poll", run_id=run_id, key=key, from_offset=from_offset, limit=limit
+        )
+        if not rows:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        state = StreamState(rows[0]["status"], bool(rows[0]["closed"]))
+        return state, [(int(r["offset"]), decode(r["value"])) for r in rows
+                       if r["offset"] is not None]  # fmt: skip
+
     async def read(
         self, run_id: str, key: str, from_offset: int, limit: int = READ_BATCH
     ) -> list[tuple[int, Any]]:
@@ -151,8 +165,13 @@ class Streams:
         )
         return [(int(r["offset"]), decode(r["value"])) for r in rows]
 
-    async def list_streams(self, run_id: str) -> list[dict[str, Any]]:
-        """A run's streams: `{"key", "length", "closed"}` each."""
+    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
+        """A run's streams: `{"key", "length", "closed"}` each, and with `last`, its
+        latest values (`"last": [{"offset", "value"}, ...]`, oldest first)."""
         rows = await self.db.fetch("stream_list", run_id=run_id)
-        return [{"key": r["key"], "length": int(r["length"]), "closed": bool(r["closed"])}
-                for r in rows]  # fmt: skip
+        found = [{"key": r["key"], "length": int(r["length"]), "closed": bool(r["closed"])}
+                 for r in rows]  # fmt: skip
+        for stream in found if last > 0 else ():
+            values = await self.read(run_id, stream["key"], max(0, stream["length"] - last), last)
+            stream["last"] = [{"offset": at, "value": value} for at, value in values]
+        return found

@@ -25,7 +25,8 @@ from .errors import BadRequest, Document, refusal
 _TRUE, _FALSE = ("", "1", "true", "yes"), ("0", "false", "no")
 _ENVELOPE = 64 * 1024  # a body's room beyond its payload: the other fields
 _START = ("workflow", "input", "version", "idempotency_key", "available_at", "deadline_at",
-          "concurrency_key", "priority", "attributes")  # fmt: skip
+          "concurrency_key", "priority", "attributes", "debounce", "debounce_key",
+          "debounce_max")  # fmt: skip
 _SIGNAL = ("name", "data", "idempotency_key", "run", "expires")
 _REQUEST = ("name", "data", "timeout", "idempotency_key")
 _RUNS = ("status", "workflow", "queue", "key", "stuck", "limit", "offset")
@@ -80,7 +81,8 @@ class Api:
 
     async def start(self, request: Request) -> Response:
         """`durably start`: 201 and `{"run_id", "status", "version"}` for a new run; 200
-        for the run an idempotency key started before with an equal input."""
+        for the run an idempotency key started before with an equal input, or the pending
+        run of the window a debounced start joined."""
         body = await self._body(request, _START, "a start")
         workflow = _name(body, "workflow")
         if body.get("attributes") not in (None, {}):
@@ -95,9 +97,11 @@ class Api:
             workflow, body.get("input"), version=_text(body, "version"), idempotency_key=key,
             available_at=_text(body, "available_at"), deadline_at=_text(body, "deadline_at"),
             concurrency_key=_text(body, "concurrency_key"), priority=priority,
+            debounce=_text(body, "debounce"), debounce_key=_text(body, "debounce_key"),
+            debounce_max=_text(body, "debounce_max"),
         )  # fmt: skip
         run = handle.run or await handle.get()
-        if existed:
+        if existed or handle.joined:
             return Document(documents.started(run))
         location = {"Location": f"{request.url.path}/{run.run_id}"}
         return Document(documents.started(run), 201, location)

@@ -160,6 +160,8 @@ _SCHEMAS: dict[str, Any] = {
             "started_at": _TIME, "finished_at": _TIME, "idempotency_key": _TEXT,
             "deadline_at": _TIME, "wake_at": _TIME, "waiting_for": _TEXT,
             "parent_run_id": _TEXT, "queue": _TEXT, "priority": {"type": "integer"},
+            "debounce_key": {"type": "string",
+                             "description": "only on a run a debounced start made"},
         },
     },
     "Started": {
@@ -176,6 +178,11 @@ _SCHEMAS: dict[str, Any] = {
             "deadline_at": _WHEN, "concurrency_key": _TEXT, "priority": {"type": "integer"},
             "attributes": {"type": ["object", "null"],
                            "description": "search attributes (SPEC §4.24): not yet"},
+            "debounce": {"type": ["string", "null"], "description": "a duration, e.g. 5s: "
+                         "join the pending run of debounce_key's window (answered 200)"},
+            "debounce_key": _TEXT,
+            "debounce_max": {"type": ["string", "null"], "description": "a duration: start "
+                             "at most this long after the window's first start"},
         },
     },
     "SignalRequest": {

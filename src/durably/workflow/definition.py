@@ -11,11 +11,12 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from ..core.codec import adapter, encode, validate
-from ..core.durations import parse_instant
+from ..core.durations import Duration, parse_instant
 from ..core.errors import InvalidInput
 from ..core.retry import RetryPolicy
 from ..core.sealing import Codec
 from ..store.records import NewRun
+from .debounce import debounce_of
 from .queue import Queue, check_unqueued
 from .schedule import Schedule
 from .syncflow import is_sync_workflow
@@ -69,8 +70,15 @@ class Definition(Generic[In, Out]):
         parent_close: str = "cancel",
         concurrency_key: str | None = None,
         priority: int = 0,
+        debounce: Duration | None = None,
+        debounce_key: str | None = None,
+        debounce_max: Duration | None = None,
     ) -> NewRun:
         """Validate and encode a start request (nothing is written); "+5s" counts from `now`."""
+        window = debounce_of(
+            debounce, debounce_key, debounce_max, idempotency_key=idempotency_key,
+            available_at=available_at,
+        )  # fmt: skip
         if self.queue is not None:
             self.queue.check_start(self.name, concurrency_key, priority)
         else:
@@ -95,6 +103,7 @@ class Definition(Generic[In, Out]):
             queue=self.queue.name if self.queue is not None else None,
             concurrency_key=concurrency_key,
             priority=priority,
+            debounce=window,
         )
 
 

@@ -96,6 +96,7 @@ async def test_reply_and_reject(db_url: str) -> None:
         assert await handle.result(timeout=scaled(20)) == [21, -1]
         steps = await app.list_steps(handle.run_id)
         run = await handle.get()
+    assert [s.kind for s in steps] == ["request-wait", "reply"] * 2 + ["signal-wait"]
     replies = [s for s in steps if s.kind == "reply"]
     assert [(s.step, s.status) for s in replies] == [("reply:ask", "completed")] * 2
     documents = [s.to_dict() for s in steps]
@@ -274,4 +275,40 @@ async def test_a_request_follows_a_chain_of_continue_as_new(db_url: str) -> None
         pending = await app.send_request(first.run_id, "ask", 1)
         await app.send_signal("go", run_id=first.run_id)
         assert await app.get_reply(pending, timeout=scaled(20)) == "gen2"
+        assert await first.result(timeout=scaled(20)) == "done"
+
+
+async def test_a_signal_may_not_take_the_name_requests_are_sent_as(db_url: str) -> None:
+    """`durably:request:<name>` is where requests are buffered: a user's signal under it
+    would reach a `wait_for_request` as a request nobody can answer."""
+    app = _app(db_url)
+    async with app:
+        handle = await app.start("answer", 1)
+        with pytest.raises(InvalidInput, match="reserved"):
+            await app.send_signal("durably:request:ask", 1)
+        with pytest.raises(InvalidInput, match="reserved"):
+            await app.send_signal("durably:request:ask", 1, run_id=handle.run_id)
+        assert await app.list_signals(pending=False) == []
+
+
+async def test_a_request_taken_but_not_answered_goes_to_the_next_run_of_the_chain(
+    db_url: str,
+) -> None:
+    """A run that takes a request and continues as new before it answers hands the request
+    to the next run, which receives it again and answers it: the client gets that answer,
+    not a timeout for a request no run can answer any more."""
+    app = Durably(db_url)
+
+    @app.workflow(name="defer", version="v1")
+    async def defer(ctx: Any, gen: int) -> str:
+        req = await ctx.step.wait_for_request("ask", timeout="1m")
+        assert req is not None
+        if gen == 0:  # took it, answers it in the next run
+            ctx.continue_as_new(gen + 1)
+        await ctx.step.reply(req, f"{req.data} by gen{gen}")
+        return "done"
+
+    async with app, app.worker():
+        first = await defer.start(0)
+        assert await app.request(first.run_id, "ask", "q", timeout=scaled(20)) == "q by gen1"
         assert await first.result(timeout=scaled(20)) == "done"

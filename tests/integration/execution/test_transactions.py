@@ -168,6 +168,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         "0022_streams.sql",
         "0023_requests.sql",
         "0024_continued.sql",
+        "0025_debounce.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))
@@ -253,8 +254,17 @@ async def test_a_transaction_body_plans_as_the_server_is_set_to(pg_url: str) -> 
         assert await (await plans.start()).result(timeout=scaled(10)) == ["force_custom_plan"] * 2
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ALTER TABLE {schema}.runs ADD COLUMN next_one int",
+        # A migration outside a transaction (0025's columns, before its concurrent build).
+        "-- durably: no transaction\n"
+        "ALTER TABLE {schema}.runs ADD COLUMN IF NOT EXISTS next_one int",
+    ],
+)
 async def test_a_migration_behind_a_long_transaction_holds_up_no_statement(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, text: str
 ) -> None:
     """A deploy migrates while a long transaction reads a table: the migration's lock
     request must not queue every other statement on that table behind it (the workers'
@@ -264,7 +274,7 @@ async def test_a_migration_behind_a_long_transaction_holds_up_no_statement(
     async with Durably(pg_url):
         pass  # the schema as shipped
     shipped = _queries.migrations
-    next_release = (999, "0999_next.sql", "ALTER TABLE {schema}.runs ADD COLUMN next_one int")
+    next_release = (999, "0999_next.sql", text)
     monkeypatch.setattr(_queries, "migrations", lambda package: [*shipped(package), next_release])
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as holder:
         await holder.execute("BEGIN")

@@ -29,6 +29,8 @@ log = logging.getLogger("durably.postgres")
 
 MIGRATION_LOCK_S = 1.0  # a migration's wait for one table lock, before it tries again
 MIGRATION_PATIENCE_S = 600.0  # how long a migration keeps trying
+# A statement of a `-- durably: no transaction` migration that runs outside any transaction.
+_CONCURRENTLY = re.compile(r"\bCONCURRENTLY\b", re.IGNORECASE)
 # The index a statement of a `-- durably: no transaction` migration builds concurrently.
 _CONCURRENT_BUILD = re.compile(
     r"CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\w+)\s", re.IGNORECASE
@@ -175,10 +177,11 @@ class Migrator:
     async def _apply_outside(
         self, conn: psycopg.AsyncConnection[Any], version: int, name: str, text: str
     ) -> None:
-        """A `-- durably: no transaction` migration: each statement in a transaction of its
-        own, waiting for locks as long as the server's lock_timeout says (a concurrent
-        build or drop waits for the transactions before it without holding up any other
-        statement on the table), then the record.
+        """A `-- durably: no transaction` migration: each statement on its own, a
+        concurrent build or drop waiting for locks as long as the server's lock_timeout
+        says (it waits for the transactions before it without holding up any other
+        statement on the table), any other statement in a transaction with short lock
+        waits; then the record.
 
         Stopped half-way (a crash, a lost connection), it is run again from the top: each
         statement must be a no-op once done (IF [NOT] EXISTS). A concurrent build stopped
@@ -189,7 +192,16 @@ class Migrator:
             built = _CONCURRENT_BUILD.match(statement)
             if built is not None:
                 await self._drop_if_invalid(conn, built.group(1))
-            await conn.execute(sql.SQL(statement).format(schema=schema))
+            query = sql.SQL(statement).format(schema=schema)
+            if _CONCURRENTLY.search(statement):
+                await conn.execute(query)
+                continue
+            # Any other statement (a column added) takes its table lock in a transaction
+            # with the short lock waits of `migrate`: queued behind a long transaction, it
+            # would hold up every statement on the table behind it.
+            async with conn.transaction():
+                await self._short_lock_waits(conn)
+                await conn.execute(query)
         await self._record(conn, version, name)
 
     async def _drop_if_invalid(self, conn: psycopg.AsyncConnection[Any], index: str) -> None:

@@ -39,6 +39,44 @@ WITH ins AS (
 )
 SELECT ins.*, (SELECT count(*) FROM notified) AS notified FROM ins;
 
+-- name: debounce_run
+-- A debounced start (SPEC §4.23, see 0025): a new run opens its key's window, unless the
+-- key has a run pending that no worker ever claimed (runs_debounce, the arbiter): then
+-- that run takes this start's input and options, and its due time is pushed back to the
+-- one this start proposes (:debounce_s from now, or its deadline if sooner), never past
+-- its window's cap (`debounce_max_at`, set by the start that opened it). The database decides which start opens a window and
+-- which join it: a start racing another waits for its insert; one racing a claim waits for
+-- the claim's lock and, once the claimed run has left the index, inserts (a new window).
+-- The id returned is :id when this start opened the window. A new window notifies the
+-- workers although it is not due yet: an idle worker sets its timer by it.
+WITH ins AS (
+    INSERT INTO {schema}.runs AS r (id, namespace, workflow, version, status, input,
+        max_attempts, available_at, deadline_at, trace_context, queue, concurrency_key,
+        priority, debounce_key, debounce_max_at)
+    VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS json),
+        :max_attempts,
+        LEAST(now() + CAST(:debounce_s AS float8) * interval '1 second',
+              now() + CAST(:debounce_max_s AS float8) * interval '1 second',
+              CAST(:deadline_at AS timestamptz)),
+        :deadline_at, CAST(:trace_context AS jsonb), :queue, :concurrency_key, :priority,
+        :debounce_key, now() + CAST(:debounce_max_s AS float8) * interval '1 second')
+    ON CONFLICT (namespace, workflow, debounce_key)
+        WHERE debounce_key IS NOT NULL AND status = 'pending' AND fence = 0
+    DO UPDATE SET input = EXCLUDED.input, version = EXCLUDED.version,
+        max_attempts = EXCLUDED.max_attempts, deadline_at = EXCLUDED.deadline_at,
+        queue = EXCLUDED.queue, concurrency_key = EXCLUDED.concurrency_key,
+        priority = EXCLUDED.priority,
+        available_at = LEAST(EXCLUDED.available_at, r.debounce_max_at),
+        updated_at = now()
+    RETURNING r.*
+), queued AS (
+    INSERT INTO {schema}.queues (name) SELECT :queue WHERE CAST(:queue AS text) IS NOT NULL
+    ON CONFLICT (name) DO NOTHING
+), notified AS (
+    SELECT pg_notify(:channel, 'run') FROM ins WHERE ins.id = :id
+)
+SELECT ins.*, (SELECT count(*) FROM notified) AS notified FROM ins;
+
 -- name: get_run_by_key
 SELECT * FROM {schema}.runs
 WHERE namespace = :namespace AND workflow = :workflow AND idempotency_key = :idempotency_key;
@@ -1260,6 +1298,18 @@ SELECT r.status, s.closed_at IS NOT NULL AS closed
 FROM {schema}.runs r LEFT JOIN {schema}.streams s ON s.run_id = r.id AND s.key = :key
 WHERE r.id = :run_id;
 
+-- name: stream_poll
+-- A reader's look: the stream's state and its values from :from_offset, in one statement,
+-- so in one snapshot: a stream closed (or a run ended) in it has all its values in it.
+SELECT r.status, s.closed_at IS NOT NULL AS closed, v."offset", v.value
+FROM {schema}.runs r
+LEFT JOIN {schema}.streams s ON s.run_id = r.id AND s.key = :key
+LEFT JOIN (SELECT "offset", value::text AS value FROM {schema}.stream_values
+           WHERE run_id = :run_id AND key = :key AND "offset" >= :from_offset
+           ORDER BY "offset" LIMIT :limit) v ON true
+WHERE r.id = :run_id
+ORDER BY v."offset";
+
 -- name: stream_read
 SELECT "offset", value::text AS value FROM {schema}.stream_values
 WHERE run_id = :run_id AND key = :key AND "offset" >= :from_offset
@@ -1378,5 +1428,18 @@ SELECT ins.id, (SELECT count(*) FROM moved) + (SELECT count(*) FROM back) AS sig
 FROM ins;
 
 -- name: continue_requests
--- A run's unanswered requests move with it when it continues (store/continues.py).
+-- A run's unanswered requests move with it when it continues (store/continues.py), and
+-- one it took but did not answer goes back to the next run's buffer (its wait's data is
+-- the request's envelope), so the run that can answer it receives it again.
+WITH taken AS (
+    INSERT INTO {schema}.signals (namespace, name, data, run_id, buffered, given_back)
+    SELECT r.namespace, a.signal, a.output, :next_id, true, true
+    FROM {schema}.step_attempts a JOIN {schema}.runs r ON r.id = :next_id
+    WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status = 'completed'
+      AND starts_with(a.signal, :prefix)
+      AND EXISTS (SELECT 1 FROM {schema}.requests q
+                  WHERE q.run_id = :run_id AND q.status = 'pending'
+                    AND q.id = a.output ->> 'id')
+    ORDER BY a.seq
+)
 UPDATE {schema}.requests SET run_id = :next_id WHERE run_id = :run_id AND status = 'pending';

@@ -19,6 +19,33 @@ VALUES (:id, :namespace, :workflow, :version, 'pending', :input, :idempotency_ke
 ON CONFLICT DO NOTHING
 RETURNING *, 0 AS notified;
 
+-- name: debounce_run
+-- A debounced start (see the PostgreSQL twin and 0025); its transaction holds the write
+-- lock, so starts and claims take turns. The clock is read once (`t`): the window's cap
+-- and the run's first due time are the same instant apart as on PostgreSQL. `min` of
+-- SQLite is NULL if any argument is: an absent cap or deadline is the due time itself. The
+-- due time proposed (`excluded`) is this start's; a window's cap bounds it.
+INSERT INTO {schema}_queues (name, updated_at) SELECT :queue, now() WHERE :queue IS NOT NULL
+ON CONFLICT (name) DO NOTHING;
+INSERT INTO {schema}_runs AS r (id, namespace, workflow, version, status, input,
+    max_attempts, available_at, deadline_at, trace_context, created_at, updated_at, queue,
+    concurrency_key, priority, debounce_key, debounce_max_at)
+SELECT :id, :namespace, :workflow, :version, 'pending', :input, :max_attempts,
+    min(t + :debounce_s, coalesce(t + :debounce_max_s, t + :debounce_s),
+        coalesce(:deadline_at, t + :debounce_s)),
+    :deadline_at, :trace_context, t, t, :queue, :concurrency_key, :priority,
+    :debounce_key, t + :debounce_max_s
+FROM (SELECT now() AS t) WHERE true
+ON CONFLICT (namespace, workflow, debounce_key)
+    WHERE debounce_key IS NOT NULL AND status = 'pending' AND fence = 0
+DO UPDATE SET input = excluded.input, version = excluded.version,
+    max_attempts = excluded.max_attempts, deadline_at = excluded.deadline_at,
+    queue = excluded.queue, concurrency_key = excluded.concurrency_key,
+    priority = excluded.priority,
+    available_at = min(excluded.available_at, coalesce(r.debounce_max_at, excluded.available_at)),
+    updated_at = excluded.updated_at
+RETURNING *, 0 AS notified;
+
 -- name: get_run_by_key
 SELECT * FROM {schema}_runs
 WHERE namespace = :namespace AND workflow = :workflow AND idempotency_key = :idempotency_key;
@@ -944,6 +971,18 @@ SELECT r.status, s.closed_at IS NOT NULL AS closed
 FROM {schema}_runs r LEFT JOIN {schema}_streams s ON s.run_id = r.id AND s.key = :key
 WHERE r.id = :run_id;
 
+-- name: stream_poll
+-- A reader's look: the stream's state and its values from :from_offset, in one statement,
+-- so in one snapshot: a stream closed (or a run ended) in it has all its values in it.
+SELECT r.status, s.closed_at IS NOT NULL AS closed, v."offset", v.value
+FROM {schema}_runs r
+LEFT JOIN {schema}_streams s ON s.run_id = r.id AND s.key = :key
+LEFT JOIN (SELECT "offset", value FROM {schema}_stream_values
+           WHERE run_id = :run_id AND key = :key AND "offset" >= :from_offset
+           ORDER BY "offset" LIMIT :limit) v ON true
+WHERE r.id = :run_id
+ORDER BY v."offset";
+
 -- name: stream_read
 SELECT "offset", value FROM {schema}_stream_values
 WHERE run_id = :run_id AND key = :key AND "offset" >= :from_offset
@@ -1001,5 +1040,14 @@ WHERE run_id = :run_id AND kind = 'signal-wait' AND status = 'canceled'
 SELECT id, 0 AS signals, 0 AS notified FROM {schema}_runs WHERE id = :next_id;
 
 -- name: continue_requests
--- A run's unanswered requests move with it when it continues (store/continues.py).
+-- See the PostgreSQL twin.
+INSERT INTO {schema}_signals (namespace, name, data, run_id, buffered, given_back, created_at)
+SELECT r.namespace, a.signal, a.output, :next_id, 1, 1, now()
+FROM {schema}_step_attempts a JOIN {schema}_runs r ON r.id = :next_id
+WHERE a.run_id = :run_id AND a.kind = 'signal-wait' AND a.status = 'completed'
+  AND substr(a.signal, 1, length(:prefix)) = :prefix
+  AND EXISTS (SELECT 1 FROM {schema}_requests q
+              WHERE q.run_id = :run_id AND q.status = 'pending'
+                AND q.id = json_extract(a.output, '$.id'))
+ORDER BY a.seq;
 UPDATE {schema}_requests SET run_id = :next_id WHERE run_id = :run_id AND status = 'pending';
