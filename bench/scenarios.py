@@ -11,13 +11,13 @@ from typing import Any
 
 import psycopg
 
-from durably import Durably
+from durably import Codec, Durably
 
 SCHEMA = "durably_bench"
 
 
-def make_app(url: str, queue_concurrency: int | None = None) -> Durably:
-    app = Durably(url, schema=SCHEMA)
+def make_app(url: str, queue_concurrency: int | None = None, codec: Codec | None = None) -> Durably:
+    app = Durably(url, schema=SCHEMA, codec=codec)
     queue = app.queue("bench", concurrency=queue_concurrency) if queue_concurrency else None
 
     async def noop(i: int) -> int:

@@ -19,6 +19,7 @@ from ..core.codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
 from ..core.durations import Duration, parse_duration, parse_instant
 from ..core.errors import ConfigurationError, InvalidInput, WorkflowNotFound
 from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
+from ..core.sealing import Codec, codec_from_env
 from ..store.endwatch import EndWatch
 from ..store.models import Run, StepAttempt
 from ..store.operations import Operations
@@ -89,6 +90,7 @@ class App:
         max_history_bytes: int = DEFAULT_MAX_HISTORY,
         clock: Clock | None = None,
         retention: Duration | None = None,
+        codec: Codec | None = None,
     ) -> None:
         self.url = url or os.environ.get("DURABLY_DATABASE_URL") or DEFAULT_URL
         self.clock = clock or Clock()
@@ -107,6 +109,9 @@ class App:
         self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
         self.queues: dict[str, Queue] = {}
         self.retention = parse_duration(retention) if retention is not None else None
+        # Payloads at rest (SPEC §4.24): sealed by this codec, default the keys of
+        # $DURABLY_CODEC_KEYS; without one, sealed values read as "<encrypted>".
+        self.codec = codec if codec is not None else codec_from_env()
         self._connect(schema)
 
     def __repr__(self) -> str:
@@ -125,8 +130,8 @@ class App:
     def _connect(self, schema: str) -> None:
         """The connections to `self.url`, and what works through them."""
         self.connector = connect(self.url, schema, self.clock, self._pool_size)
-        self.store = Store(self.connector, self.namespace)
-        self.end_watch = EndWatch(self.connector, self.store.channel)
+        self.store = Store(self.connector, self.namespace, self.codec)
+        self.end_watch = EndWatch(self.store.db, self.store.channel)
         self._operating = Operating(
             self, self.store, self.end_watch, self.namespace, self.workflows, self.max_payload
         )
@@ -374,7 +379,9 @@ class App:
         now = datetime.fromtimestamp(self.clock.time(), UTC)
         new = NewRun(
             workflow=workflow, version=version or NEWEST, max_attempts=UNKNOWN_ATTEMPTS,
-            input_json=encode(input, f"input of workflow {workflow!r}", self.max_payload),
+            input_json=encode(
+                input, f"input of workflow {workflow!r}", self.max_payload, self.codec
+            ),
             idempotency_key=idempotency_key,
             available_at=parse_instant(available_at, now) if available_at else None,
             deadline_at=parse_instant(deadline_at, now) if deadline_at else None,
@@ -405,7 +412,7 @@ class App:
         check_signal_name(name)
         expires_s = parse_duration(expires).total_seconds() if expires is not None else None
         await self.open()
-        data_json = encode(data, f"the data of signal {name!r}", self.max_payload)
+        data_json = encode(data, f"the data of signal {name!r}", self.max_payload, self.codec)
         return await self.store.sends.send_signal(
             name, data_json, idempotency_key, run_id, connection, expires_s
         )

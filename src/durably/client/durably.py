@@ -25,6 +25,9 @@ class Durably(App):
             and the database's limit for that read is 1 GB.
         retention: keep finished runs this long; workers purge older ones periodically
             (one worker at a time). Default: kept for ever (`app.purge` deletes them).
+        codec: encrypts payloads at rest (`FernetCodec(keys)`, or any `Codec`): inputs,
+            outputs, step results, errors, signal and request data, events, stream values.
+            Default: a `FernetCodec` of `$DURABLY_CODEC_KEYS` (comma-separated), if set.
 
     Example:
         ```python

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.codec import encode
 from ..core.durations import Duration, parse_duration
-from ..core.errors import InvalidInput, RunNotFound, WorkflowTimeoutError
+from ..core.errors import ConfigurationError, InvalidInput, RunNotFound, WorkflowTimeoutError
 from ..core.limits import TimeUp, within
+from ..core.sealing import ENCRYPTED
 from ..store.models import TERMINAL, Run
 from ..store.operations import Operations, Signal
 from ..store.queues import QueueClaims
@@ -92,12 +93,17 @@ class Operating:
         """
         await self.app.open()
         old = await self.store.get_run(run_id)
+        if old.input == ENCRYPTED:  # it cannot be copied: a key this app lacks
+            raise ConfigurationError(
+                f"run {run_id}'s input is encrypted with a key this app "
+                "lacks: fork it with the app's keys (DURABLY_CODEC_KEYS)"
+            )
         version = version or old.version
         wf = self.workflows.get((old.workflow, version))
         new = NewRun(
             workflow=old.workflow, version=version,
             max_attempts=wf.retry.max_attempts if wf is not None else 1,
-            input_json=encode(old.input, "the input", self.max_payload),
+            input_json=encode(old.input, "the input", self.max_payload, self.store.codec),
             queue=old.queue, concurrency_key=old.concurrency_key, priority=old.priority,
         )  # fmt: skip  # a fork stays under its queue's limits
         run = await self.operations.fork(old, from_position, new)

@@ -37,7 +37,9 @@ class Requesting:
     ) -> str:
         """Send run `run_id` request `name` without waiting; its id, for `get_reply`."""
         check_signal_name(name)
-        data_json = encode(data, f"the data of request {name!r}", self.max_payload)
+        data_json = encode(
+            data, f"the data of request {name!r}", self.max_payload, self.store.codec
+        )
         await self.app.open()
         request_id, _ = await self.store.requests.send(run_id, name, data_json, idempotency_key)
         return request_id

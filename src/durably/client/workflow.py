@@ -114,7 +114,7 @@ class Workflow(Definition[In, Out]):
                 nothing was written.
         """
         new = self.new_run(
-            input, max_payload=self.app.max_payload, now=self._now(),
+            input, max_payload=self.app.max_payload, codec=self.app.codec, now=self._now(),
             idempotency_key=idempotency_key, available_at=available_at,
             deadline_at=deadline_at, concurrency_key=concurrency_key, priority=priority,
             debounce=debounce, debounce_key=debounce_key, debounce_max=debounce_max,

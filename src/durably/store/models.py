@@ -8,6 +8,7 @@ from typing import Any
 
 from ..backends import Row
 from ..core.codec import decode
+from ..core.sealing import ENCRYPTED
 
 # The signal names requests are sent as (`store.requests`): `durably:request:<name>`.
 REQUEST_PREFIX = "durably:request:"
@@ -86,7 +87,7 @@ class Run:
         return cls(
             run_id=row["id"], workflow=row["workflow"], version=row["version"],
             status=row["status"], attempts=row["attempts"], input=decode(row["input"]),
-            output=decode(row["output"]), error=decode(row["error"]), fence=row["fence"],
+            output=decode(row["output"]), error=_error(row["error"]), fence=row["fence"],
             worker_id=row["worker_id"], available_at=row["available_at"],
             created_at=row["created_at"], started_at=row["started_at"],
             finished_at=row["finished_at"], idempotency_key=row["idempotency_key"],
@@ -148,7 +149,7 @@ class StepAttempt:
             step=row["step"], kind=kind, status=row["status"], attempt=row["attempt"],
             position=row["position"], worker_id=row["worker_id"],
             started_at=row["started_at"], finished_at=row["finished_at"],
-            output=decode(row["output"]), error=decode(row["error"]), fence=row["fence"],
+            output=decode(row["output"]), error=_error(row["error"]), fence=row["fence"],
             signal=row["signal"], child_run_id=row["child_run_id"], wake_at=row["wake_at"],
             seq=row.get("seq"), final=bool(row.get("final")),
             compensable=bool(row.get("compensable")),
@@ -159,3 +160,12 @@ class StepAttempt:
     def to_dict(self) -> dict[str, Any]:
         """The attempt as JSON-ready data (the CLI's `--json` step document)."""
         return _to_dict(self)
+
+
+def _error(text: str | None) -> dict[str, Any] | None:
+    """A stored error; one that could not be opened (`"<encrypted>"`) keeps an error's
+    shape, so whatever shows it shows that."""
+    error = decode(text)
+    if error is None or isinstance(error, dict):
+        return error
+    return {"type": ENCRYPTED, "message": ENCRYPTED}

@@ -23,6 +23,7 @@ from typing import Any
 from ..backends import Connector, Row, Sent, Tx
 from ..core.codec import canonical, decode, encode
 from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
+from ..core.sealing import Codec
 from .admission import Admission, admits
 from .continues import RunContinues
 from .debounces import Debounces
@@ -31,6 +32,7 @@ from .giveback import GiveBacks
 from .models import TERMINAL, Run, StepAttempt
 from .records import Lease, NewRun
 from .requests import Requests
+from .sealed import SealedConnector
 from .sends import Sends
 from .steps import StepRecords
 
@@ -39,15 +41,18 @@ class Store:
     """durably's tables, as operations on runs; the rest of what is written about a run is
     its collaborators' (`steps`, `sends`, `givebacks`, `ends`)."""
 
-    def __init__(self, connector: Connector, namespace: str) -> None:
-        self.db = connector
+    def __init__(self, connector: Connector, namespace: str, codec: Codec | None = None) -> None:
+        # Payloads at rest: sealed with `codec` where they are encoded, opened here, as
+        # every row is read (see `sealed`).
+        self.codec = codec
+        self.db = connector = SealedConnector(connector, codec)
         self.namespace = namespace
         self.channel = f"durably_{connector.schema}"
-        self.steps = StepRecords(connector)
+        self.steps = StepRecords(connector, codec)
         self.sends = Sends(connector, namespace, self.channel, self.steps)
         self.givebacks = GiveBacks(connector, self.sends)
         self.requests = Requests(connector, self.channel, self.sends)
-        self.ends = RunEnds(connector, self.channel)
+        self.ends = RunEnds(connector, self.channel, codec)
         self.continues = RunContinues(connector, self.channel, self.ends)
         self.debounces = Debounces(connector)
         self.admission = Admission(self.channel)
@@ -335,7 +340,8 @@ class Store:
         awaits: the end of another is read by the claim that awaits it)."""
         rows = await self.db.fetch(
             "park", **lease.params(), status=status, wake_at=wake_at, waiting_for=waiting_for,
-            parked_on=list(children), error=encode(error, "error") if error else None,
+            parked_on=list(children),
+            error=encode(error, "error", codec=self.codec) if error else None,
         )  # fmt: skip
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} while parking it")
@@ -345,7 +351,10 @@ class Store:
         """Let go of a run whose replay did not match its history (SPEC §4.2): `held`
         with `error`, claimable again in `delay_s` (a canceled run stays canceled)."""
         rows = await self.db.fetch(
-            "hold_run", **lease.params(), error=encode(error, "error"), delay_s=delay_s
+            "hold_run",
+            **lease.params(),
+            error=encode(error, "error", codec=self.codec),
+            delay_s=delay_s,
         )
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} while holding it")

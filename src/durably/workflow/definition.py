@@ -14,6 +14,7 @@ from ..core.codec import adapter, encode, validate
 from ..core.durations import Duration, parse_instant
 from ..core.errors import InvalidInput
 from ..core.retry import RetryPolicy
+from ..core.sealing import Codec
 from ..store.records import NewRun
 from .debounce import debounce_of
 from .queue import Queue, check_unqueued
@@ -59,6 +60,7 @@ class Definition(Generic[In, Out]):
         input: Any,
         *,
         max_payload: int,
+        codec: Codec | None = None,
         now: datetime | None = None,
         idempotency_key: str | None = None,
         available_at: datetime | str | None = None,
@@ -90,7 +92,7 @@ class Definition(Generic[In, Out]):
         return NewRun(
             workflow=self.name,
             version=self.version,
-            input_json=encode(value, f"input of workflow {self.name!r}", max_payload),
+            input_json=encode(value, f"input of workflow {self.name!r}", max_payload, codec),
             max_attempts=self.retry.max_attempts,
             idempotency_key=idempotency_key,
             available_at=_instant(available_at, now),

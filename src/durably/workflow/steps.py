@@ -324,7 +324,9 @@ class StepApi:
         """Send a signal once, as a recorded step; the §4.3 result. A buffered signal past
         `expires` is never delivered (as `Durably.send_signal`)."""
         check_signal_name(signal)
-        data_json = encode(data, f"the data of signal {signal!r}", self._x.max_payload)
+        data_json = encode(
+            data, f"the data of signal {signal!r}", self._x.max_payload, self._x.codec
+        )
         expires_s = _seconds(expires, f"the expiry of signal {signal!r}")
         spec = SignalSend(signal, data_json, idempotency_key, run_id, expires_s)
         return StepCall(self._issue(name or f"send:{signal}", "signal-send", spec))
