@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
 from ..backends import connect
 from ..core import telemetry as _telemetry
+from ..core.attributes import Attributes, encode_attributes
 from ..core.clock import Clock
 from ..core.codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
 from ..core.durations import Duration, parse_duration, parse_instant
@@ -296,6 +297,7 @@ class App:
         connection: Any = None,
         concurrency_key: str | None = None,
         priority: int = 0,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Any]:
         """Start workflow `workflow` by name (see `Workflow.start`).
 
@@ -317,19 +319,20 @@ class App:
         if not self.workflows:
             return await self._start_by_name(
                 workflow, input, version, idempotency_key, available_at, deadline_at,
-                connection, concurrency_key, priority,
+                connection, concurrency_key, priority, attributes,
             )  # fmt: skip
         wf = self.get_workflow(workflow, version)
         return await wf.start(
             input, idempotency_key=idempotency_key, available_at=available_at,
             deadline_at=deadline_at, connection=connection, concurrency_key=concurrency_key,
-            priority=priority,
+            priority=priority, attributes=attributes,
         )  # fmt: skip
 
     async def _start_by_name(
         self, workflow: str, input: Any, version: str | None, idempotency_key: str | None,
         available_at: datetime | str | None, deadline_at: datetime | str | None,
         connection: Any, concurrency_key: str | None, priority: int,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Any]:  # fmt: skip
         """A thin client's start: written as given, bound and validated by its worker."""
         if not isinstance(workflow, str) or not workflow:
@@ -344,6 +347,7 @@ class App:
             available_at=parse_instant(available_at, now) if available_at else None,
             deadline_at=parse_instant(deadline_at, now) if deadline_at else None,
             concurrency_key=concurrency_key, priority=priority,
+            attributes_json=encode_attributes(attributes, f"attributes of workflow {workflow!r}"),
         )  # fmt: skip
         run, _ = await self.create_run(new, connection)
         return RunHandle(self, run.run_id, run)
@@ -408,13 +412,17 @@ class App:
         created_after: datetime | None = None,
         queue: str | None = None,
         idempotency_key: str | None = None,
+        attributes: Attributes | None = None,
     ) -> list[Run]:
-        """Runs, newest first, filtered by status, workflow name, queue, creation time and
-        the idempotency key they were started with."""
+        """Runs, newest first, filtered by status, workflow name, queue, creation time, the
+        idempotency key they were started with and search attributes (each key with an
+        equal value: `attributes={"customer": "c-1"}`; numbers by value)."""
+        filter_json = encode_attributes(attributes, "the attributes filter")
         await self.open()
         return await self.store.list_runs(
             status=status, workflow=workflow, limit=limit, offset=offset,
             created_after=created_after, queue=queue, idempotency_key=idempotency_key,
+            attributes_json=filter_json,
         )  # fmt: skip
 
     def schedules(self) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
+from ..core.attributes import Attributes
 from ..core.retry import RetryPolicy
 from ..workflow.definition import Definition, WorkflowFn
 from ..workflow.queue import Queue
@@ -51,6 +52,7 @@ class Workflow(Definition[In, Out]):
         connection: Any = None,
         concurrency_key: str | None = None,
         priority: int = 0,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Out]: ...
 
     @overload
@@ -64,6 +66,7 @@ class Workflow(Definition[In, Out]):
         connection: Any = None,
         concurrency_key: str | None = None,
         priority: int = 0,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Out]: ...
 
     async def start(
@@ -76,6 +79,7 @@ class Workflow(Definition[In, Out]):
         connection: Any = None,
         concurrency_key: str | None = None,
         priority: int = 0,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Out]:
         """Start a run (or return the run this idempotency key already started).
 
@@ -89,6 +93,9 @@ class Workflow(Definition[In, Out]):
                 written in its transaction (roll back and nothing was started).
             concurrency_key: the workflow's queue runs at most `per_key` runs sharing it.
             priority: the queue (declared with `priority=True`) claims larger first.
+            attributes: search attributes (str, int, float or bool values) to find the
+                run by (`app.list_runs(attributes=...)`); stored in plain text, never
+                encrypted. A repeat with the idempotency key keeps the first start's.
 
         Raises:
             InvalidInput: the input does not fit; nothing was written.
@@ -97,6 +104,7 @@ class Workflow(Definition[In, Out]):
             input, max_payload=self.app.max_payload, now=self._now(),
             idempotency_key=idempotency_key, available_at=available_at,
             deadline_at=deadline_at, concurrency_key=concurrency_key, priority=priority,
+            attributes=attributes,
         )  # fmt: skip
         run, _ = await self.app.create_run(new, connection)
         return RunHandle(self.app, run.run_id, run, output_type=self.output_type)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -61,6 +61,8 @@ class Run:
     priority: int = 0
     resumes: tuple[int, ...] = ()  # the workflow attempts that began by `app.resume`
     continued_from: str | None = None  # the run this one continues as new (§4.23)
+    # Search attributes (§4.24): given at start, merged by `ctx.step.set_attributes`.
+    attributes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def continued_as(self) -> str | None:
@@ -96,14 +98,17 @@ class Run:
             queue=row.get("queue"), concurrency_key=row.get("concurrency_key"),
             priority=row.get("priority") or 0, resumes=tuple(decode(row.get("resumes")) or ()),
             continued_from=row.get("continued_from"),
+            attributes=decode(row.get("attributes")) or {},
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The run as JSON-ready data (the CLI's `--json` run document); `continued_as`
-        and `continued_from` only where set (SPEC §5)."""
+        """The run as JSON-ready data (the CLI's `--json` run document); `attributes`,
+        `continued_as` and `continued_from` only where set (SPEC §5)."""
         out = _to_dict(self)
         if out["continued_from"] is None:
             del out["continued_from"]
+        if not self.attributes:
+            del out["attributes"]
         if self.continued_as is not None:
             out["continued_as"] = self.continued_as
         return out

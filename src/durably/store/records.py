@@ -53,6 +53,7 @@ class NewRun:
     queue: str | None = None
     concurrency_key: str | None = None
     priority: int = 0
+    attributes_json: str | None = None  # search attributes (`core.attributes`), or None
 
 
 @dataclass

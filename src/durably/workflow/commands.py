@@ -202,7 +202,7 @@ NO_SIGNAL: Any = _NoSignal()
 
 def recorded_value(rec: Recorded) -> Any:
     """What a completed record hands back to the workflow on replay (before `typed`)."""
-    if rec.kind == "sleep":
+    if rec.kind in ("sleep", "attributes"):  # what was set is shown, not handed back
         return None
     if rec.kind == "signal-wait" and rec.output is None and not rec.delivered:
         return NO_SIGNAL
@@ -234,6 +234,13 @@ class SignalSend:
 @dataclass(frozen=True)
 class SetEvent:
     value_json: str
+
+
+@dataclass(frozen=True)
+class SetAttributes:
+    """`ctx.step.set_attributes`: merge `attributes_json` into the run's attributes."""
+
+    attributes_json: str
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from ..core.attributes import encode_attributes
 from ..core.codec import adapter, encode, validate
 from ..core.durations import parse_instant
 from ..core.errors import InvalidInput
@@ -67,6 +68,7 @@ class Definition(Generic[In, Out]):
         parent_close: str = "cancel",
         concurrency_key: str | None = None,
         priority: int = 0,
+        attributes: Mapping[str, Any] | None = None,
     ) -> NewRun:
         """Validate and encode a start request (nothing is written); "+5s" counts from `now`."""
         if self.queue is not None:
@@ -79,6 +81,7 @@ class Definition(Generic[In, Out]):
             raise InvalidInput(f"workflow {self.name!r} takes no input")
         else:
             value = None
+        attributes_json = encode_attributes(attributes, f"attributes of workflow {self.name!r}")
         return NewRun(
             workflow=self.name,
             version=self.version,
@@ -93,6 +96,7 @@ class Definition(Generic[In, Out]):
             queue=self.queue.name if self.queue is not None else None,
             concurrency_key=concurrency_key,
             priority=priority,
+            attributes_json=attributes_json,
         )
 
 

@@ -1,0 +1,102 @@
+"""Search attributes (SPEC §4.24): a run's small, flat, indexed key-value labels, given at
+start (`wf.start(input, attributes={...})`), merged in by its code
+(`ctx.step.set_attributes({...})`) and matched by `app.list_runs(attributes={...})`.
+
+What an attribute can be is checked here, once, for every way in (start, the workflow,
+a filter, the CLI, the HTTP API; the SQL function `start_run` checks the same in
+PostgreSQL): keys are non-empty strings of at most `MAX_KEY_LENGTH` characters; values are
+JSON scalars (str of at most `MAX_STRING_LENGTH` characters, int within 64 bits, finite
+float, bool), never null, a list or an object; at most `MAX_ATTRIBUTES` keys in one call.
+A filter matches a run whose attributes hold every key with an equal value: numbers by
+value (30 matches 30.0), a bool only a bool, a string only a string.
+
+Attributes are stored as given, in plain JSON, and never encrypted, whatever codec the app
+has: they are what an operator searches by. Keep secrets out of them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InvalidInput
+
+MAX_KEY_LENGTH = 128
+MAX_STRING_LENGTH = 1024
+MAX_ATTRIBUTES = 64
+_INT64 = 1 << 63
+
+Attributes = Mapping[str, str | int | float | bool]
+
+
+def check_attributes(attributes: Any, what: str = "attributes") -> dict[str, Any]:
+    """`attributes` as a plain dict, or InvalidInput saying what does not fit (nothing is
+    written by a call that raises)."""
+    if not isinstance(attributes, Mapping):
+        raise InvalidInput(
+            f"{what} must be a mapping of names to values, not {type(attributes).__name__}"
+        )
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise InvalidInput(
+            f"{what} holds {len(attributes)} keys; at most {MAX_ATTRIBUTES} at once"
+        )
+    out: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+            raise InvalidInput(
+                f"{what}: a key must be a non-empty string of at most {MAX_KEY_LENGTH} "
+                f"characters, not {key!r:.80}"
+            )
+        out[key] = _scalar(value, f"{what}: the value of {key!r}")
+    return out
+
+
+def _scalar(value: Any, what: str) -> Any:
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise InvalidInput(f"{what} is an int beyond 64 bits; store it as a string")
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInput(f"{what} is {value!r}, which JSON cannot hold")
+        return float(value)
+    if isinstance(value, str):
+        if len(value) > MAX_STRING_LENGTH or "\x00" in value:
+            raise InvalidInput(
+                f"{what} is a string of more than {MAX_STRING_LENGTH} characters or with "
+                "U+0000; an attribute is a short label"
+            )
+        return str(value)
+    raise InvalidInput(
+        f"{what} is {type(value).__name__}: an attribute is a str, int, float or bool"
+    )
+
+
+def encode_attributes(attributes: Any, what: str = "attributes") -> str | None:
+    """The JSON text to store for `attributes` (None for none or an empty mapping)."""
+    if attributes is None:
+        return None
+    checked = check_attributes(attributes, what)
+    return json.dumps(checked, separators=(",", ":"), ensure_ascii=False) if checked else None
+
+
+def parse_attribute(text: str) -> tuple[str, Any]:
+    """`KEY=VALUE` as the CLI and the HTTP API take it: the value is read as JSON when it
+    parses as a JSON scalar (`amount=30`, `vip=true`, `name="x"`), else taken as the string
+    it is (`customer=c-1`)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise InvalidInput(f"an attribute filter is KEY=VALUE, not {text!r}")
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    if value is None or isinstance(value, list | dict) or (
+        isinstance(value, float) and not math.isfinite(value)
+    ):
+        value = raw
+    return key, value
