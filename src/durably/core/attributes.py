@@ -84,19 +84,43 @@ def encode_attributes(attributes: Any, what: str = "attributes") -> str | None:
     return json.dumps(checked, separators=(",", ":"), ensure_ascii=False) if checked else None
 
 
+def matches(attributes: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether `attributes` hold every key of `wanted` with an equal value, as the
+    database's match compares them (numbers by value, a bool only equal to a bool)."""
+    for key, value in wanted.items():
+        have = attributes.get(key, _MISSING)
+        if have is _MISSING or isinstance(have, bool) != isinstance(value, bool):
+            return False
+        if isinstance(have, str) != isinstance(value, str) or have != value:
+            return False
+    return True
+
+
+_MISSING = object()
+
+
+def parse_attributes(texts: list[str] | None) -> dict[str, Any] | None:
+    """Repeated `KEY=VALUE` (`durably runs --attr`, `GET /api/v1/runs?attr=`) as checked
+    attributes (None for none); InvalidInput for a bad one."""
+    if not texts:
+        return None
+    return check_attributes(dict(parse_attribute(t) for t in texts), "--attr")
+
+
 def parse_attribute(text: str) -> tuple[str, Any]:
     """`KEY=VALUE` as the CLI and the HTTP API take it: the value is read as JSON when it
-    parses as a JSON scalar (`amount=30`, `vip=true`, `name="x"`), else taken as the string
-    it is (`customer=c-1`)."""
+    parses (`amount=30`, `vip=true`, `name="30"`), else taken as the text it is
+    (`customer=c-1`); JSON that is no attribute value (null, a list) is refused later, by
+    `check_attributes`."""
     key, sep, raw = text.partition("=")
     if not sep or not key:
-        raise InvalidInput(f"an attribute filter is KEY=VALUE, not {text!r}")
+        raise InvalidInput(f"an attribute is KEY=VALUE, not {text!r}")
     try:
-        value: Any = json.loads(raw)
+        value: Any = json.loads(raw, parse_constant=_not_json)
     except ValueError:
         value = raw
-    if value is None or isinstance(value, list | dict) or (
-        isinstance(value, float) and not math.isfinite(value)
-    ):
-        value = raw
     return key, value
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(constant)  # NaN and Infinity, which Python's reader takes: text
