@@ -54,7 +54,7 @@ class Served:
 
     def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
              token: str | None = TOKEN, host: str | None = None,
-             params: dict[str, str] | None = None) -> httpx.Response:  # fmt: skip
+             params: dict[str, str | list[str]] | None = None) -> httpx.Response:  # fmt: skip
         """`method` on `/api/v1{path}`, the body `body` as JSON (or the bytes `raw`)."""
         headers = {"Content-Type": "application/json"}
         if token is not None:
