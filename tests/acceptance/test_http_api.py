@@ -9,7 +9,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ class Served:
 
     def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
              token: str | None = TOKEN, host: str | None = None,
-             params: dict[str, str | list[str]] | None = None) -> httpx.Response:  # fmt: skip
+             params: Mapping[str, str | list[str]] | None = None) -> httpx.Response:  # fmt: skip
         """`method` on `/api/v1{path}`, the body `body` as JSON (or the bytes `raw`)."""
         headers = {"Content-Type": "application/json"}
         if token is not None:
@@ -282,7 +282,7 @@ def test_runs_are_started_and_listed_by_their_attributes(served: Served) -> None
 
     assert listed("customer=c-1") == [b["run_id"], a["run_id"]]
     assert listed("customer=c-1", "n=30") == [a["run_id"]]
-    assert listed("n=\"30\"") == []  # a string is not the number
+    assert listed('n="30"') == []  # a string is not the number
     run = served.ok("GET", f"/runs/{a['run_id']}")
     assert run["attributes"] == {"customer": "c-1", "n": 30}
     assert run == served.cli_json("show", a["run_id"])["run"]

@@ -55,7 +55,7 @@ def test_the_run_list_filters_by_search_attributes(served: tuple[str, Durably]) 
     query = urllib.parse.quote("customer=c-1; n=30")
     page = _get(f"{base}/?attr={query}")
     assert wanted.run_id in page and other.run_id not in page
-    assert "name='attr' size='24' placeholder='customer=c-1; amount=30' value='customer=c-1; n=30'" in page
+    assert "value='customer=c-1; n=30'" in page  # the search stays in its field
     both = _get(f"{base}/?attr=n%3D30")
     assert wanted.run_id in both and other.run_id in both
     assert wanted.run_id not in _get(f"{base}/?attr=n%3D30&status=failed")

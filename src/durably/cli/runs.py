@@ -56,8 +56,9 @@ def start(
     ),
     priority: int = typer.Option(0, "--priority", help="larger is claimed first (queues)"),
     attr: list[str] | None = typer.Option(
-        None, "--attr", help="a search attribute KEY=VALUE (repeatable; VALUE as JSON if it "
-        "parses, else text)",
+        None,
+        "--attr",
+        help="a search attribute KEY=VALUE (repeatable; VALUE as JSON if it parses, else text)",
     ),
     wait: bool = typer.Option(
         False, "--wait", help="wait until the run has finished, showing its progress on stderr"
@@ -154,8 +155,10 @@ def list_runs(
     stuck: bool = typer.Option(False, "--stuck", help="due runs nothing is taking, and held runs"),
     limit: int = typer.Option(100, "--limit", min=1),
     attr: list[str] | None = typer.Option(
-        None, "--attr", help="runs whose search attribute KEY equals VALUE: KEY=VALUE, "
-        "repeatable (all must match); VALUE is read as JSON if it parses (30, true, \"30\"), "
+        None,
+        "--attr",
+        help="runs whose search attribute KEY equals VALUE: KEY=VALUE, "
+        'repeatable (all must match); VALUE is read as JSON if it parses (30, true, "30"), '
         "else as text (c-1)",
     ),
     json_out: bool = typer.Option(False, "--json"),

@@ -39,9 +39,7 @@ def check_attributes(attributes: Any, what: str = "attributes") -> dict[str, Any
             f"{what} must be a mapping of names to values, not {type(attributes).__name__}"
         )
     if len(attributes) > MAX_ATTRIBUTES:
-        raise InvalidInput(
-            f"{what} holds {len(attributes)} keys; at most {MAX_ATTRIBUTES} at once"
-        )
+        raise InvalidInput(f"{what} holds {len(attributes)} keys; at most {MAX_ATTRIBUTES} at once")
     out: dict[str, Any] = {}
     for key, value in attributes.items():
         if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:

@@ -38,11 +38,12 @@ _BAD = _error("bad input (nothing was written)")
 _TEXT = {"type": ["string", "null"]}
 _WHEN = {"type": ["string", "null"], "description": "ISO time, or +5s from now"}
 _ATTRIBUTES = {
-    "type": "object", "maxProperties": 64,
+    "type": "object",
+    "maxProperties": 64,
     "propertyNames": {"minLength": 1, "maxLength": 128},
     "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
     "description": "search attributes (SPEC §4.24): flat labels to find runs by; stored in "
-                   "plain text, never encrypted. Only where the run has any.",
+    "plain text, never encrypted. Only where the run has any.",
 }
 
 
