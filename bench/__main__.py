@@ -15,6 +15,9 @@
              unqueued figure -> {"runs_per_s" (queued), "ratio" (queued/unqueued, median)}
   stream     --n N --gap-ms G --runs V --database URL  -> {"write_to_yield_ms", "values_per_s"}
              a waiting reader's latency (N values, G ms apart), then V values back to back
+  attributes --finished F --n N --runs R --pairs P --database URL
+             list_runs(attributes=...) p50/p99 over F runs with attributes (N calls each),
+             and the cost of attributes on R sequential starts -> see bench/attributes.py
 Each call starts from an empty schema of its own (`durably_bench`). The last line printed
 is one JSON object.
 """
@@ -26,14 +29,24 @@ import asyncio
 import json
 import logging
 
-from . import requests, scenarios
+from . import attributes, requests, scenarios
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument(
         "mode",
-        choices=["throughput", "latency", "signal", "scale", "idle", "queued", "stream", "request"],
+        choices=[
+            "throughput",
+            "latency",
+            "signal",
+            "scale",
+            "idle",
+            "queued",
+            "stream",
+            "request",
+            "attributes",
+        ],
     )
     parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--concurrency", type=int, default=50)
@@ -50,6 +63,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     if args.mode == "request":
         work = requests.request_latency(args.database, args.n, args.gap_ms)
+    elif args.mode == "attributes":
+        work = attributes.attributes(args)
     else:
         work = scenarios.run(args)
     result = asyncio.run(work)
