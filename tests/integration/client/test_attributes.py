@@ -71,6 +71,13 @@ async def test_the_code_merges_attributes_once_and_replays_write_nothing(db_url:
         found = await app.list_runs(attributes={"stage": "shipped", "customer": "c-9"})
         assert [r.run_id for r in found] == [handle.run_id]
         assert await app.list_runs(attributes={"stage": "new"}) == []
+        # A fork carries them as they are (its copied steps replay, they set nothing).
+        forked = await app.fork(handle.run_id, from_position=2)
+        assert (await app.get_run(forked.run_id)).attributes == run.attributes
+        # A purge takes them with the runs (SQLite: its attribute rows, by CASCADE).
+        await app.cancel(forked.run_id)
+        assert (await app.purge(older_than="0s"))["runs"] == 2
+        assert await app.list_runs(attributes={"customer": "c-9"}) == []
 
 
 def test_a_sync_workflow_and_the_sync_facade(db_url: str) -> None:
