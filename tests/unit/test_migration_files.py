@@ -61,8 +61,14 @@ def test_a_migration_with_a_part_outside_can_run_again_from_the_top() -> None:
             assert _IDEMPOTENT.match(statement), f"{name}: {statement}"
         # CREATE FUNCTION (after its DROP ... IF EXISTS) is made again too.
         lines = [ln for ln in head.splitlines() if ln and not ln.startswith((" ", "--", ")"))]
-        starts = [ln for ln in lines if re.match(r"^[A-Z]+ ", ln) and not ln.startswith(
-            ("CREATE FUNCTION", "DECLARE", "BEGIN", "END", "LANGUAGE", "WITH", "RETURNS"))]
+        starts = [
+            ln
+            for ln in lines
+            if re.match(r"^[A-Z]+ ", ln)
+            and not ln.startswith(
+                ("CREATE FUNCTION", "DECLARE", "BEGIN", "END", "LANGUAGE", "WITH", "RETURNS")
+            )
+        ]
         for statement in starts:
             assert again.match(statement), f"{name}: {statement}"
     assert _then_outside("durably.backends.sqlite") == []

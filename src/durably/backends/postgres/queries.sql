@@ -1155,7 +1155,7 @@ WITH lease AS (
     ON CONFLICT (run_id, position, attempt) DO NOTHING
     RETURNING id
 ), merged AS (
-    UPDATE {schema}.runs SET attributes = COALESCE(attributes, '{{}}') || CAST(:output AS jsonb)
+    UPDATE {schema}.runs SET attributes = COALESCE(attributes, jsonb_build_object()) || CAST(:output AS jsonb)
     WHERE id = :run_id AND EXISTS (SELECT 1 FROM ins)
     RETURNING id
 )
