@@ -53,8 +53,11 @@ def test_a_migration_with_a_part_outside_can_run_again_from_the_top() -> None:
     (each statement a no-op once done), then its part outside (see the migrator)."""
     found = _then_outside("durably.backends.postgres")
     assert [name for name, _, _ in found] == ["0027_attributes.sql"]
-    again = re.compile(r"^\s*(ALTER TABLE \S+ ADD COLUMN IF NOT EXISTS|CREATE OR REPLACE "
-                       r"FUNCTION|DROP FUNCTION IF EXISTS|COMMENT ON)\s", re.IGNORECASE)  # fmt: skip
+    again = re.compile(
+        r"^\s*(ALTER TABLE \S+ ADD COLUMN IF NOT EXISTS|CREATE OR REPLACE FUNCTION"
+        r"|DROP FUNCTION IF EXISTS|COMMENT ON)\s",
+        re.IGNORECASE,
+    )
     for name, head, tail in found:
         assert not _queries.outside_transaction(head), name
         for statement in _queries.statements(tail):
