@@ -2,7 +2,8 @@
 of a kind ("function", "transaction", "sleep", "signal-wait", "signal-send", "event",
 "attributes", "stream", "child", "patch", "compensate") with the spec of what to do (a
 `Body`, a `Sleep`, ...); the engine looks up the lifecycle of its kind (`execution.kinds`)
-and runs it on the worker's loop. The workflow awaits the command's future, which the engine resolves in log order.
+and runs it on the worker's loop. The workflow awaits the command's future, which the
+engine resolves in log order.
 """
 
 from __future__ import annotations
