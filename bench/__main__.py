@@ -18,6 +18,9 @@
              strategy (on_full) beside "wait" -> {"median", "ratio_to_wait"}
   stream     --n N --gap-ms G --runs V --database URL  -> {"write_to_yield_ms", "values_per_s"}
              a waiting reader's latency (N values, G ms apart), then V values back to back
+  attributes --finished F --n N --runs R --pairs P --database URL
+             list_runs(attributes=...) p50/p99 over F runs with attributes (N calls each),
+             and the cost of attributes on R sequential starts -> see bench/attributes.py
 Each call starts from an empty schema of its own (`durably_bench`). The last line printed
 is one JSON object.
 """
@@ -29,7 +32,7 @@ import asyncio
 import json
 import logging
 
-from . import perkey, requests, scenarios
+from . import attributes, perkey, requests, scenarios
 
 
 def main() -> None:
@@ -46,6 +49,7 @@ def main() -> None:
             "stream",
             "request",
             "perkey",
+            "attributes",
         ],
     )
     parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
@@ -66,6 +70,8 @@ def main() -> None:
         work = requests.request_latency(args.database, args.n, args.gap_ms)
     elif args.mode == "perkey":
         work = perkey.perkey(args)
+    elif args.mode == "attributes":
+        work = attributes.attributes(args)
     else:
         work = scenarios.run(args)
     result = asyncio.run(work)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
 from ..backends import connect
 from ..core import telemetry as _telemetry
+from ..core.attributes import Attributes, encode_attributes
 from ..core.clock import Clock
 from ..core.codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
 from ..core.durations import Duration, parse_duration, parse_instant
@@ -330,6 +331,7 @@ class App:
         debounce: Duration | None = None,
         debounce_key: str | None = None,
         debounce_max: Duration | None = None,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Any]:
         """Start workflow `workflow` by name (see `Workflow.start`).
 
@@ -355,7 +357,7 @@ class App:
             )  # fmt: skip
             return await self._start_by_name(
                 workflow, input, version, idempotency_key, available_at, deadline_at,
-                connection, concurrency_key, priority, window,
+                connection, concurrency_key, priority, window, attributes,
             )  # fmt: skip
         wf = self.get_workflow(workflow, version)
         return await wf.start(
@@ -363,6 +365,7 @@ class App:
             deadline_at=deadline_at, connection=connection, concurrency_key=concurrency_key,
             priority=priority, debounce=debounce, debounce_key=debounce_key,
             debounce_max=debounce_max,
+            attributes=attributes,
         )  # fmt: skip
 
     async def _start_by_name(
@@ -370,6 +373,7 @@ class App:
         available_at: datetime | str | None, deadline_at: datetime | str | None,
         connection: Any, concurrency_key: str | None, priority: int,
         window: Debounce | None = None,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Any]:  # fmt: skip
         """A thin client's start: written as given, bound and validated by its worker."""
         if not isinstance(workflow, str) or not workflow:
@@ -386,6 +390,7 @@ class App:
             available_at=parse_instant(available_at, now) if available_at else None,
             deadline_at=parse_instant(deadline_at, now) if deadline_at else None,
             concurrency_key=concurrency_key, priority=priority, debounce=window,
+            attributes_json=encode_attributes(attributes, f"attributes of workflow {workflow!r}"),
         )  # fmt: skip
         run, created = await self.create_run(new, connection)
         return RunHandle(self, run.run_id, run, joined=window is not None and not created)
@@ -450,13 +455,17 @@ class App:
         created_after: datetime | None = None,
         queue: str | None = None,
         idempotency_key: str | None = None,
+        attributes: Attributes | None = None,
     ) -> list[Run]:
-        """Runs, newest first, filtered by status, workflow name, queue, creation time and
-        the idempotency key they were started with."""
+        """Runs, newest first, filtered by status, workflow name, queue, creation time, the
+        idempotency key they were started with and search attributes (each key with an
+        equal value: `attributes={"customer": "c-1"}`; numbers by value)."""
+        filter_json = encode_attributes(attributes, "the attributes filter")
         await self.open()
         return await self.store.list_runs(
             status=status, workflow=workflow, limit=limit, offset=offset,
             created_after=created_after, queue=queue, idempotency_key=idempotency_key,
+            attributes_json=filter_json,
         )  # fmt: skip
 
     def schedules(self) -> list[dict[str, Any]]:

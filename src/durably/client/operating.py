@@ -80,7 +80,8 @@ class Operating:
         counts: the fork replays it, so the code takes the same path), a sleep, a signal
         wait, a child, a signal sent, an event set, a `patched` marker. Retried attempts
         and compensations do not count. An out-of-range `from_position` is refused with
-        the log listed.
+        the log listed. The new run has the old one's search attributes as they are now
+        (those its code set included: the copied steps replay, they do not set again).
 
         Example:
             ```python
@@ -105,6 +106,7 @@ class Operating:
             max_attempts=wf.retry.max_attempts if wf is not None else 1,
             input_json=encode(old.input, "the input", self.max_payload, self.store.codec),
             queue=old.queue, concurrency_key=old.concurrency_key, priority=old.priority,
+            attributes_json=encode(old.attributes, "the attributes") if old.attributes else None,
         )  # fmt: skip  # a fork stays under its queue's limits
         run = await self.operations.fork(old, from_position, new)
         handle = self.app.handle(run.run_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -63,6 +63,8 @@ class Run:
     resumes: tuple[int, ...] = ()  # the workflow attempts that began by `app.resume`
     continued_from: str | None = None  # the run this one continues as new (§4.23)
     debounce_key: str | None = None  # the key of the debounce window it was started in
+    # Search attributes (§4.24): given at start, merged by `ctx.step.set_attributes`.
+    attributes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def continued_as(self) -> str | None:
@@ -98,15 +100,18 @@ class Run:
             queue=row.get("queue"), concurrency_key=row.get("concurrency_key"),
             priority=row.get("priority") or 0, resumes=tuple(decode(row.get("resumes")) or ()),
             continued_from=row.get("continued_from"), debounce_key=row.get("debounce_key"),
+            attributes=decode(row.get("attributes")) or {},
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The run as JSON-ready data (the CLI's `--json` run document); `continued_as`,
-        `continued_from` and `debounce_key` only where set (SPEC §5)."""
+        """The run as JSON-ready data (the CLI's `--json` run document); `attributes`,
+        `continued_as`, `continued_from` and `debounce_key` only where set (SPEC §5)."""
         out = _to_dict(self)
         for optional in ("continued_from", "debounce_key"):
             if out[optional] is None:
                 del out[optional]
+        if not self.attributes:
+            del out["attributes"]
         if self.continued_as is not None:
             out["continued_as"] = self.continued_as
         return out

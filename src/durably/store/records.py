@@ -73,6 +73,7 @@ class NewRun:
     # other than "wait" is admitted on its key in its own transaction (`store.admission`).
     per_key: int | None = None
     on_full: str = "wait"
+    attributes_json: str | None = None  # search attributes (`core.attributes`), or None
 
 
 @dataclass

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from ..core.attributes import encode_attributes
 from ..core.codec import adapter, encode, validate
 from ..core.durations import Duration, parse_instant
 from ..core.errors import InvalidInput
@@ -73,6 +74,7 @@ class Definition(Generic[In, Out]):
         debounce: Duration | None = None,
         debounce_key: str | None = None,
         debounce_max: Duration | None = None,
+        attributes: Mapping[str, Any] | None = None,
     ) -> NewRun:
         """Validate and encode a start request (nothing is written); "+5s" counts from `now`."""
         window = debounce_of(
@@ -89,6 +91,7 @@ class Definition(Generic[In, Out]):
             raise InvalidInput(f"workflow {self.name!r} takes no input")
         else:
             value = None
+        attributes_json = encode_attributes(attributes, f"attributes of workflow {self.name!r}")
         return NewRun(
             workflow=self.name,
             version=self.version,
@@ -106,6 +109,7 @@ class Definition(Generic[In, Out]):
             debounce=window,
             per_key=self.queue.per_key if self.queue is not None else None,
             on_full=self.queue.on_full if self.queue is not None else "wait",
+            attributes_json=attributes_json,
         )
 
 

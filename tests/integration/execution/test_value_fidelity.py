@@ -243,12 +243,13 @@ async def test_a_run_in_flight_across_the_migration_to_json_completes(
     old = build()
     await old.migrate()
     # This code's park also writes `holds` (0019) and `parked_on`, `parked_fence` (0020),
-    # which the release it stands in for did not: the columns, as those migrations add them
-    # (IF NOT EXISTS), for the code to park the run with.
+    # and its start `attributes` (0027), which the release it stands in for did not: the
+    # columns, as those migrations add them (IF NOT EXISTS), for the code to use.
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await conn.execute(
             "ALTER TABLE durably.runs ADD COLUMN holds integer NOT NULL DEFAULT 0,"
-            " ADD COLUMN parked_on text[], ADD COLUMN parked_fence bigint"
+            " ADD COLUMN parked_on text[], ADD COLUMN parked_fence bigint,"
+            " ADD COLUMN attributes jsonb"
         )
     async with old, old.worker(concurrency=1):
         handle = await old.get_workflow("across").start({"bb": 2, "a": -0.0})

@@ -21,12 +21,12 @@
 WITH ins AS (
     INSERT INTO {schema}.runs (id, namespace, workflow, version, status, input, idempotency_key,
         max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
-        queue, concurrency_key, priority)
+        queue, concurrency_key, priority, attributes)
     VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS json),
         :idempotency_key, :max_attempts,
         LEAST(COALESCE(CAST(:available_at AS timestamptz), now()), CAST(:deadline_at AS timestamptz)),
         :deadline_at, :parent_run_id, CAST(:trace_context AS jsonb), :parent_close,
-        :queue, :concurrency_key, :priority)
+        :queue, :concurrency_key, :priority, CAST(:attributes AS jsonb))
     ON CONFLICT DO NOTHING
     RETURNING *
 ), queued AS (
@@ -131,6 +131,8 @@ WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:created_after AS timestamptz) IS NULL OR created_at >= :created_after)
   AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
   AND (CAST(:idempotency_key AS text) IS NULL OR idempotency_key = :idempotency_key)
+  -- Search attributes (0027): planned with the value, so runs_attributes (GIN) serves it.
+  AND (CAST(:attributes AS jsonb) IS NULL OR attributes @> CAST(:attributes AS jsonb))
 ORDER BY created_at DESC, id
 LIMIT :limit OFFSET :offset;
 
@@ -1209,6 +1211,32 @@ FROM {schema}.step_attempts
 WHERE run_id = :run_id AND kind = 'event' AND status = 'completed'
 ORDER BY step, id DESC;
 
+-- name: set_attributes
+-- A fenced write of a `ctx.step.set_attributes` step (kind "attributes", its output the
+-- attributes given), merged into the run's attributes in the same statement: only by the
+-- insert of the step's record, so a record written already (its attempt at this position)
+-- merges nothing again. The run's row is updated under the lease's FOR KEY SHARE, which
+-- this statement's own update does not wait for.
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running') IS TRUE
+    FOR KEY SHARE
+), ins AS (
+    INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
+        worker_id, output, finished_at, workflow_attempt, seq)
+    SELECT :run_id, :position, :attempt, :step, 'attributes', 'completed', :fence, :worker_id,
+        CAST(:output AS json), now(), :workflow_attempt, :seq
+    FROM lease
+    ON CONFLICT (run_id, position, attempt) DO NOTHING
+    RETURNING id
+), merged AS (
+    UPDATE {schema}.runs SET attributes = COALESCE(attributes, jsonb_build_object()) || CAST(:output AS jsonb)
+    WHERE id = :run_id AND EXISTS (SELECT 1 FROM ins)
+    RETURNING id
+)
+SELECT ins.id, (SELECT count(*) FROM merged) AS merged FROM ins;
+
 -- name: list_signals
 -- plan: each call
 SELECT id, name, data::text AS data, created_at, expires_at, consumed_by, buffered,
@@ -1428,17 +1456,19 @@ WHERE id = :run_id AND status = 'continued' AND idempotency_key IS NOT NULL;
 -- (Once a continue, rare: a generic plan made on an empty schema ties signals_buffered,
 -- read whole, with signals_addressed, and took the former.)
 -- The next run of the chain: the same workflow, version, namespace, queue and key,
--- priority, deadline, parent (which waits for the chain's end), trace; attempts from 0, an
+-- priority, deadline, parent (which waits for the chain's end), trace, search attributes
+-- (as the old run ended with them, merged ones included); attempts from 0, an
 -- empty history. Signals buffered for the old run move to it, and so does one delivered
 -- to a wait the old run never read (its end canceled the wait; it is given back).
 WITH ins AS (
     INSERT INTO {schema}.runs (id, namespace, workflow, version, status, input,
         idempotency_key, max_attempts, available_at, deadline_at, parent_run_id,
-        trace_context, parent_close, queue, concurrency_key, priority, continued_from, chain_root)
+        trace_context, parent_close, queue, concurrency_key, priority, continued_from, chain_root,
+        attributes)
     SELECT :next_id, o.namespace, o.workflow, o.version, 'pending', CAST(:input AS json),
         :idempotency_key, o.max_attempts, LEAST(now(), o.deadline_at), o.deadline_at,
         o.parent_run_id, o.trace_context, o.parent_close, o.queue, o.concurrency_key,
-        o.priority, o.id, COALESCE(o.chain_root, o.id)
+        o.priority, o.id, COALESCE(o.chain_root, o.id), o.attributes
     FROM {schema}.runs o WHERE o.id = :run_id AND (o.status = 'continued') IS TRUE  -- by id
     RETURNING id, namespace, available_at
 ), moved AS (

@@ -10,12 +10,12 @@ INSERT INTO {schema}_queues (name, updated_at) SELECT :queue, now() WHERE :queue
 ON CONFLICT (name) DO NOTHING;
 INSERT INTO {schema}_runs (id, namespace, workflow, version, status, input, idempotency_key,
     max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
-    created_at, updated_at, queue, concurrency_key, priority)
+    created_at, updated_at, queue, concurrency_key, priority, attributes)
 VALUES (:id, :namespace, :workflow, :version, 'pending', :input, :idempotency_key,
     :max_attempts,
     min(coalesce(:available_at, now()), coalesce(:deadline_at, :available_at, now())),
     :deadline_at, :parent_run_id, :trace_context, :parent_close, now(), now(),
-    :queue, :concurrency_key, :priority)
+    :queue, :concurrency_key, :priority, :attributes)
 ON CONFLICT DO NOTHING
 RETURNING *, 0 AS notified;
 
@@ -64,6 +64,42 @@ SELECT * FROM {schema}_runs WHERE id = :run_id;
 -- name: list_runs
 SELECT * FROM {schema}_runs
 WHERE (:status IS NULL OR status = :status)
+  AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:due_before IS NULL
+       OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
+  AND (:created_after IS NULL OR created_at >= :created_after)
+  AND (:namespace IS NULL OR namespace = :namespace)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+ORDER BY created_at DESC, id
+LIMIT :limit OFFSET :offset;
+
+-- name: list_runs_by_attributes
+-- list_runs of the runs whose attributes hold every key of :attributes with an equal value
+-- (the PostgreSQL twin's @>), from run_attributes (0027): the runs of the filter's rarest
+-- key and value (each counted in the (key, value) index, up to 1000) read from that index,
+-- each checked for the other keys by its primary key, then looked up by id. A value is
+-- compared as 0027's triggers store it. Driven by one key as the join of them all read
+-- every run of a common value (`region=eu`) for each call.
+WITH wanted AS (
+    SELECT f.key, CASE f.type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00'
+                  ELSE f.value END AS value
+    FROM json_each(:attributes) AS f
+), rarest AS (
+    SELECT w.key, w.value FROM wanted AS w
+    ORDER BY (SELECT count(*) FROM (SELECT 1 FROM {schema}_run_attributes AS a
+                                    WHERE a.key = w.key AND a.value = w.value LIMIT 1000))
+    LIMIT 1
+)
+SELECT * FROM {schema}_runs
+WHERE id IN (
+    SELECT a.run_id FROM rarest
+    JOIN {schema}_run_attributes AS a ON a.key = rarest.key AND a.value = rarest.value
+    WHERE NOT EXISTS (
+        SELECT 1 FROM wanted AS w
+        WHERE NOT EXISTS (SELECT 1 FROM {schema}_run_attributes AS b
+                          WHERE b.run_id = a.run_id AND b.key = w.key AND b.value = w.value)))
+  AND (:status IS NULL OR status = :status)
   AND (:workflow IS NULL OR workflow = :workflow)
   AND (:queue IS NULL OR queue = :queue)
   AND (:due_before IS NULL
@@ -893,6 +929,24 @@ WHERE run_id = :run_id AND kind = 'event' AND status = 'completed'
               AND b.status = 'completed')
 ORDER BY step;
 
+-- name: set_attributes
+-- See the PostgreSQL twin: the merge first, only while the lease holds and no record of
+-- this attempt is there, then the record (one transaction: both or neither).
+UPDATE {schema}_runs SET attributes = json_patch(coalesce(attributes, '{}'), :output)
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND status = 'running'
+  AND NOT EXISTS (SELECT 1 FROM {schema}_step_attempts
+                  WHERE run_id = :run_id AND position = :position AND attempt = :attempt);
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, fence,
+    worker_id, output, started_at, finished_at, workflow_attempt, seq)
+SELECT :run_id, :position, :attempt, :step, 'attributes', 'completed', :fence, :worker_id,
+    :output, now(), now(), :workflow_attempt, :seq
+WHERE EXISTS (SELECT 1 FROM {schema}_runs
+              WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+                AND lease_expires_at > now() AND status = 'running')
+ON CONFLICT (run_id, position, attempt) DO NOTHING
+RETURNING id, 1 AS merged;
+
 -- name: list_signals
 SELECT id, name, data, created_at, expires_at, consumed_by, buffered, delivered_to
 FROM {schema}_signals
@@ -1043,11 +1097,12 @@ WHERE id = :run_id AND status = 'continued' AND idempotency_key IS NOT NULL;
 -- name: continue_run
 INSERT INTO {schema}_runs (id, namespace, workflow, version, status, input, idempotency_key,
     max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
-    created_at, updated_at, queue, concurrency_key, priority, continued_from, chain_root)
+    created_at, updated_at, queue, concurrency_key, priority, continued_from, chain_root,
+    attributes)
 SELECT :next_id, o.namespace, o.workflow, o.version, 'pending', :input, :idempotency_key,
     o.max_attempts, min(now(), coalesce(o.deadline_at, now())), o.deadline_at,
     o.parent_run_id, o.trace_context, o.parent_close, now(), now(), o.queue,
-    o.concurrency_key, o.priority, o.id, coalesce(o.chain_root, o.id)
+    o.concurrency_key, o.priority, o.id, coalesce(o.chain_root, o.id), o.attributes
 FROM {schema}_runs o WHERE o.id = :run_id AND o.status = 'continued';
 UPDATE {schema}_signals SET run_id = :next_id
 WHERE run_id = :run_id AND buffered AND consumed_at IS NULL
