@@ -52,20 +52,24 @@ SELECT ins.*, (SELECT count(*) FROM notified) AS notified FROM ins;
 WITH ins AS (
     INSERT INTO {schema}.runs AS r (id, namespace, workflow, version, status, input,
         max_attempts, available_at, deadline_at, trace_context, queue, concurrency_key,
-        priority, debounce_key, debounce_max_at)
+        priority, debounce_key, debounce_max_at, attributes)
     VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS json),
         :max_attempts,
         LEAST(now() + CAST(:debounce_s AS float8) * interval '1 second',
               now() + CAST(:debounce_max_s AS float8) * interval '1 second',
               CAST(:deadline_at AS timestamptz)),
         :deadline_at, CAST(:trace_context AS jsonb), :queue, :concurrency_key, :priority,
-        :debounce_key, now() + CAST(:debounce_max_s AS float8) * interval '1 second')
+        :debounce_key, now() + CAST(:debounce_max_s AS float8) * interval '1 second',
+        CAST(:attributes AS jsonb))
     ON CONFLICT (namespace, workflow, debounce_key)
         WHERE debounce_key IS NOT NULL AND status = 'pending' AND fence = 0
     DO UPDATE SET input = EXCLUDED.input, version = EXCLUDED.version,
         max_attempts = EXCLUDED.max_attempts, deadline_at = EXCLUDED.deadline_at,
         queue = EXCLUDED.queue, concurrency_key = EXCLUDED.concurrency_key,
         priority = EXCLUDED.priority,
+        -- a join's search attributes merge into the run's, as set_attributes does
+        attributes = CASE WHEN EXCLUDED.attributes IS NULL THEN r.attributes
+                          ELSE COALESCE(r.attributes, jsonb_build_object()) || EXCLUDED.attributes END,
         available_at = LEAST(EXCLUDED.available_at, r.debounce_max_at),
         updated_at = now()
     RETURNING r.*

@@ -29,12 +29,12 @@ INSERT INTO {schema}_queues (name, updated_at) SELECT :queue, now() WHERE :queue
 ON CONFLICT (name) DO NOTHING;
 INSERT INTO {schema}_runs AS r (id, namespace, workflow, version, status, input,
     max_attempts, available_at, deadline_at, trace_context, created_at, updated_at, queue,
-    concurrency_key, priority, debounce_key, debounce_max_at)
+    concurrency_key, priority, debounce_key, debounce_max_at, attributes)
 SELECT :id, :namespace, :workflow, :version, 'pending', :input, :max_attempts,
     min(t + :debounce_s, coalesce(t + :debounce_max_s, t + :debounce_s),
         coalesce(:deadline_at, t + :debounce_s)),
     :deadline_at, :trace_context, t, t, :queue, :concurrency_key, :priority,
-    :debounce_key, t + :debounce_max_s
+    :debounce_key, t + :debounce_max_s, NULL
 FROM (SELECT now() AS t) WHERE true
 ON CONFLICT (namespace, workflow, debounce_key)
     WHERE debounce_key IS NOT NULL AND status = 'pending' AND fence = 0
@@ -43,7 +43,14 @@ DO UPDATE SET input = excluded.input, version = excluded.version,
     queue = excluded.queue, concurrency_key = excluded.concurrency_key,
     priority = excluded.priority,
     available_at = min(excluded.available_at, coalesce(r.debounce_max_at, excluded.available_at)),
-    updated_at = excluded.updated_at
+    updated_at = excluded.updated_at;
+-- A join's search attributes merge into the run's, as set_attributes does: in a statement
+-- of their own, since a trigger's INSERT OR REPLACE (which keeps the index table) takes
+-- the upsert's conflict handling inside one.
+UPDATE {schema}_runs SET attributes = CASE WHEN :attributes IS NULL THEN attributes
+    ELSE json_patch(coalesce(attributes, '{}'), :attributes) END
+WHERE namespace = :namespace AND workflow = :workflow AND debounce_key = :debounce_key
+  AND status = 'pending' AND fence = 0
 RETURNING *, 0 AS notified;
 
 -- name: get_run_by_key
