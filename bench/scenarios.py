@@ -176,9 +176,9 @@ async def _prefill(app: Durably, url: str, finished: int, sleeping: int) -> None
 
 async def latency(url: str, n: int, gap_ms: int, mode: str, trace: bool = False,
                   ) -> dict[str, Any]:  # fmt: skip
-    await reset(url)
     if trace and (mode != "latency" or not url.startswith("postgres")):
         raise SystemExit("--trace is for latency on PostgreSQL")
+    await reset(url)
     with tracing.Tracer().installed() if trace else contextlib.nullcontext() as tracer:
         return await _latency(url, n, gap_ms, mode, tracer)
 
@@ -213,8 +213,8 @@ async def _latency(url: str, n: int, gap_ms: int, mode: str, tracer: tracing.Tra
             client.append((seen - t0) * 1000)
             if tracer is not None:
                 samples.append(tracing.breakdown(tracer, t0, started, seen))
-    result = {"system": "durably", "mode": mode, "n": n, "gap_ms": gap_ms,
-              "client_ms": stats(client)}  # fmt: skip
+    result: dict[str, Any] = {"system": "durably", "mode": mode, "n": n, "gap_ms": gap_ms,
+                              "client_ms": stats(client)}  # fmt: skip
     if tracer is not None:
         result["trace"] = tracing.summary(samples)
         print(tracing.table(result["trace"]), file=sys.stderr, flush=True)
