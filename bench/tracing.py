@@ -10,8 +10,9 @@ the original: the engine's behaviour, and its guarantees, are the same.
 A sample's marks, in order, cut its span (the client's `start()` call to the poll that
 sees it completed) into hops that sum to it by construction:
 
-    start commit    the client's start() call to its commit's answer read (the pool's
-                    checkout, the insert, the commit)
+    start prep      the client's start() call to its transaction asked for (the input
+                    encoded, the run's row made)
+    start commit    the start's transaction: the pool's checkout, the insert, the commit
     notify          the start's commit to the NOTIFY handed to the worker's listener
     claim wait      the NOTIFY to the claim's statement asked for (a wake-up, a task)
     claim           the claim's checkout, query and commit
@@ -210,9 +211,10 @@ def breakdown(tracer: Tracer, t0: float, started: float, seen: float) -> dict[st
     # The start's commit as the connector saw it answered: the client's start() returns a
     # little later, and on the bench's one event loop the worker may act first.
     start = next((c for c in calls if c.asked <= started and "insert_run" in c.names), None)
-    marks: list[tuple[str, float]] = [("start commit", start.done if start else started)]
+    marks: list[tuple[str, float]] = [("start prep", start.asked)] if start else []
+    marks.append(("start commit", start.done if start else started))
     notice = next((n for n in tracer.notices if n.at >= t0 and n.payload == "run"), None)
-    started = marks[0][1]
+    started = marks[-1][1]
     claim = next((c for c in calls if _is_claim(c) and c.asked >= t0), None)
     if notice is not None and (claim is None or notice.at <= claim.asked):
         marks.append(("notify", max(notice.at, started)))

@@ -10,6 +10,7 @@ import pytest
 from bench import scenarios, tracing
 
 HOPS = [
+    "start prep",
     "start commit",
     "notify",
     "claim wait",
@@ -28,7 +29,7 @@ def test_the_hops_of_a_sample_cut_its_span_in_order() -> None:
     tracer = tracing.Tracer()
     tracer.notices.append(tracing.Notice(1.5, "run"))
     tracer.calls += [
-        tracing.Call(1.0, 1.0, 1.4, ["insert_run"]),
+        tracing.Call(1.1, 1.1, 1.4, ["insert_run"]),
         tracing.Call(1.6, 1.6, 2.0, ["claim"]),
         tracing.Call(2.2, 2.2, 2.5, ["record_many"]),
         tracing.Call(2.6, 2.6, 2.9, ["record_many"]),
@@ -52,6 +53,7 @@ def test_a_hop_not_seen_leaves_its_time_to_the_next() -> None:
     ]
     sample = tracing.breakdown(tracer, t0=1.0, started=1.2, seen=3.0)
     assert "notify" not in sample["hops_ms"]
+    assert "start prep" not in sample["hops_ms"]  # no insert_run seen: the call is one hop
     assert min(sample["hops_ms"].values()) >= 0
     assert sum(sample["hops_ms"].values()) == pytest.approx(sample["total_ms"], abs=0.01)
 
