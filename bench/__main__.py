@@ -4,6 +4,9 @@
              [--via sql]                                the runs started by start_run() in
                                                         SQL, not by the Python client
   latency    --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
+             [--trace]                                  and each hop's median (start commit,
+                                                        NOTIFY, claim, steps, end, wake-up)
+                                                        -> {"trace": {"hops_ms", ...}}
   signal     --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
   request    --n N --gap-ms G --database URL            app.request's round trip to a
                                                         waiting run -> {"client_ms": ...}
@@ -63,6 +66,7 @@ def main() -> None:
     parser.add_argument("--queue-concurrency", type=int, default=50)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--keys", type=int, default=10)
+    parser.add_argument("--trace", action="store_true")
     parser.add_argument("--via", choices=["client", "sql"], default="client")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
