@@ -155,7 +155,7 @@ class Api:
         offset = _whole(_query(request, ("from",)), "from", 0, least=0)
         last = request.headers.get("last-event-id", "")
         if last.isascii() and last.isdigit():
-            offset = int(last) + 1
+            offset = _whole({"Last-Event-ID": last}, "Last-Event-ID", 0, least=0) + 1
         await self.durably.get_run(run_id)  # a 404 before the stream starts
         return StreamingResponse(
             _events(self.durably.read_stream(run_id, key, offset), offset),
@@ -283,12 +283,16 @@ def _query(request: Request, names: tuple[str, ...]) -> dict[str, str]:
     return dict(params)
 
 
+_MOST = 2**63 - 1  # the most a whole number in a query may be (an offset + 1 fits too)
+
+
 def _whole(query: dict[str, str], name: str, default: int, least: int) -> int:
     raw = query.get(name)
     if raw is None:
         return default
-    if not (raw.isascii() and raw.isdigit()) or int(raw) < least:
-        raise BadRequest(f"{name} must be a whole number of at least {least}, not {raw!r}")
+    # At most what SQL's 64-bit integers hold: a larger one would reach the driver's overflow.
+    if not (raw.isascii() and raw.isdigit() and len(raw) < 20) or not least <= int(raw) < _MOST:
+        raise BadRequest(f"{name} must be a whole number from {least} to {_MOST - 1}, not {raw!r}")
     return int(raw)
 
 
