@@ -290,9 +290,13 @@ def _whole(query: dict[str, str], name: str, default: int, least: int) -> int:
     raw = query.get(name)
     if raw is None:
         return default
-    # At most what SQL's 64-bit integers hold: a larger one would reach the driver's overflow.
-    if not (raw.isascii() and raw.isdigit() and len(raw) < 20) or not least <= int(raw) < _MOST:
-        raise BadRequest(f"{name} must be a whole number from {least} to {_MOST - 1}, not {raw!r}")
+    whole = raw.isascii() and raw.isdigit()
+    # At most what SQL's 64-bit integers hold: a larger one would reach the driver's overflow
+    # (and int() takes at most 4300 digits).
+    if whole and (len(raw) > 19 or int(raw) >= _MOST):
+        raise BadRequest(f"{name} must be a whole number below {_MOST}, not {raw[:30]!r}")
+    if not whole or int(raw) < least:
+        raise BadRequest(f"{name} must be a whole number of at least {least}, not {raw!r}")
     return int(raw)
 
 
