@@ -29,8 +29,9 @@ SAFETY_POLL_S = 1.0  # a lost listening connection makes a reader up to this lat
 
 async def read_stream(op: Operating, run_id: str, key: str, offset: int = 0) -> AsyncIterator[Any]:
     """The values of run `run_id`'s stream `key` from `offset` on (see the module)."""
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise InvalidInput(f"a stream offset is an integer from 0, not {offset!r}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < 2**63:
+        # Offsets are 64-bit integers in SQL: a larger one would reach the driver's overflow.
+        raise InvalidInput(f"a stream offset is an integer from 0 to 2**63 - 1, not {offset!r}")
     await op.app.open()
     streams = Streams(op.store)
     await streams.state(run_id, key)  # RunNotFound before anything is awaited on

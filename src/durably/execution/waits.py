@@ -13,9 +13,12 @@ from typing import Any
 
 from ..core.codec import canonical, decode, encode
 from ..core.errors import InvalidInput, RunNotFound, RunTerminalError, StepFailedError, describe
+from ..core.sealing import Stored
 from ..store.continues import follow
+from ..store.models import REQUEST_PREFIX
 from ..store.operations import RESUMABLE, Operations
 from ..store.records import NewRun, PendingStep
+from ..store.requests import envelope
 from ..workflow.commands import (
     NO_SIGNAL,
     Child,
@@ -54,6 +57,24 @@ async def run_sleep(x: Claimed, cmd: Command, spec: Sleep) -> None:
 UNLIMITED = 1 << 62  # a value already within the limits when it was stored
 
 
+def _delivered_json(x: Claimed, signal: str, data: Any) -> str:
+    """The record of what a send delivered to a wait, as stored: a request's envelope keeps
+    its id readable to SQL and seals only its data, as it was sent (`envelope`), so a
+    request taken before continue-as-new is found and given to the next run."""
+    if (
+        signal.startswith(REQUEST_PREFIX)
+        and isinstance(data, dict)
+        and data.keys() == {"id", "name", "data"}
+    ):
+        data_json = encode(data["data"], "a request's data", UNLIMITED, x.codec)
+        stored = envelope(data["id"], data["name"], data_json)
+        plain = getattr(data_json, "plain", None)  # sealed: the value as it was, to decode
+        return (
+            stored if plain is None else Stored(stored, envelope(data["id"], data["name"], plain))
+        )
+    return encode(data, "a signal's data", UNLIMITED, x.codec)  # it was sent
+
+
 async def run_signal_wait(x: Claimed, cmd: Command, spec: SignalWait) -> None:
     signal, rec = spec.signal, cmd.recorded
     if rec is not None and rec.waiting:
@@ -68,7 +89,7 @@ async def run_signal_wait(x: Claimed, cmd: Command, spec: SignalWait) -> None:
             # and with the run's end when that comes first), not in a transaction of its own.
             await x.log.settle(cmd, PendingStep(
                 cmd.position, rec.attempt, cmd.name, cmd.kind, "completed",
-                output_json=encode(data, "a signal's data", UNLIMITED, x.codec),  # it was sent
+                output_json=_delivered_json(x, signal, data),
             ), value=data)  # fmt: skip
         elif rec.wake_at is not None and rec.wake_at <= x.now():
             await _resolve_wait(x, cmd, rec.attempt, signal)

@@ -24,6 +24,13 @@ from .records import Lease, PendingStep
 from .sends import Sends
 
 
+def envelope(request_id: str, name: str, data_json: str) -> str:
+    """The signal a request is delivered as: its id and name readable to SQL (a request
+    taken before continue-as-new is found by its id, `continue_requests`), its data as
+    encoded (sealed, with a codec)."""
+    return f'{{"id": {json.dumps(request_id)}, "name": {json.dumps(name)}, "data": {data_json}}}'
+
+
 def request_signal(name: str) -> str:
     """The signal a request named `name` is sent as."""
     return REQUEST_PREFIX + name
@@ -72,10 +79,10 @@ class Requests:
                     if found:
                         return str(found[0]["id"]), False
                 request_id = uuid.uuid4().hex
-                envelope = (f'{{"id": {json.dumps(request_id)}, "name": {json.dumps(name)}, '
-                            f'"data": {data_json}}}')  # fmt: skip
                 # The send refuses a finished or unknown run before anything is written.
-                await self.sends.send_signal_in(tx, signal, envelope, None, live)
+                await self.sends.send_signal_in(
+                    tx, signal, envelope(request_id, name, data_json), None, live
+                )
                 await tx.send(
                     "insert_request", id=request_id, run_id=live, name=name,
                     idempotency_key=idempotency_key,

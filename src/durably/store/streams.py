@@ -172,6 +172,10 @@ class Streams:
         found = [{"key": r["key"], "length": int(r["length"]), "closed": bool(r["closed"])}
                  for r in rows]  # fmt: skip
         for stream in found if last > 0 else ():
-            values = await self.read(run_id, stream["key"], max(0, stream["length"] - last), last)
+            # At most the stream's length: a `last` past any integer SQL holds is all of it.
+            length = stream["length"]
+            values = await self.read(
+                run_id, stream["key"], max(0, length - last), min(last, length)
+            )
             stream["last"] = [{"offset": at, "value": value} for at, value in values]
         return found

@@ -158,7 +158,7 @@ class Api:
         offset = _whole(_query(request, ("from",)), "from", 0, least=0)
         last = request.headers.get("last-event-id", "")
         if last.isascii() and last.isdigit():
-            offset = int(last) + 1
+            offset = _whole({"Last-Event-ID": last}, "Last-Event-ID", 0, least=0) + 1
         await self.durably.get_run(run_id)  # a 404 before the stream starts
         return StreamingResponse(
             _events(self.durably.read_stream(run_id, key, offset), offset),
@@ -286,11 +286,19 @@ def _query(request: Request, names: tuple[str, ...]) -> dict[str, str]:
     return dict(params)
 
 
+_MOST = 2**63 - 1  # the most a whole number in a query may be (an offset + 1 fits too)
+
+
 def _whole(query: dict[str, str], name: str, default: int, least: int) -> int:
     raw = query.get(name)
     if raw is None:
         return default
-    if not (raw.isascii() and raw.isdigit()) or int(raw) < least:
+    whole = raw.isascii() and raw.isdigit()
+    # At most what SQL's 64-bit integers hold: a larger one would reach the driver's overflow
+    # (and int() takes at most 4300 digits).
+    if whole and (len(raw) > 19 or int(raw) >= _MOST):
+        raise BadRequest(f"{name} must be a whole number below {_MOST}, not {raw[:30]!r}")
+    if not whole or int(raw) < least:
         raise BadRequest(f"{name} must be a whole number of at least {least}, not {raw!r}")
     return int(raw)
 

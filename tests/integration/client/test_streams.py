@@ -205,3 +205,28 @@ async def test_the_payload_limit_applies_to_each_value(db_url: str) -> None:
         assert run.status == "failed" and "stream 's'" in str(run.error)
         assert len(refused) == 1 and "stream 's'" in refused[0]
         assert await _collect(app, handle.run_id, "s") == ["y" * 10]
+
+
+async def test_list_streams_with_a_last_past_any_integer_the_database_holds(db_url: str) -> None:
+    """`last` beyond a 64-bit integer is every value (or a clear InvalidInput), never the
+    driver's overflow (before: OverflowError from sqlite3, NumericValueOutOfRange from
+    psycopg escaped to the caller)."""
+    app = Durably(db_url)
+
+    @app.workflow(name="writer", version="v1")
+    async def writer(ctx: Any) -> None:
+        await ctx.step.write_stream("s", 1)
+        await ctx.step.write_stream("s", 2)
+
+    async with app:
+        handle = await writer.start()
+        async with app.worker():
+            await handle.result(timeout=scaled(10))
+        for last in (2**63, 10**30):
+            try:
+                found = await app.list_streams(handle.run_id, last=last)
+            except InvalidInput:
+                continue
+            assert [v["value"] for v in found[0]["last"]] == [1, 2]
+        with pytest.raises(InvalidInput):
+            await _collect(app, handle.run_id, "s", 2**63)

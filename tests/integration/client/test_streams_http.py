@@ -56,3 +56,31 @@ async def test_a_stream_as_server_sent_events(db_url: str) -> None:
             assert (await http.get(path, params={"form": "1"})).status_code == 400
             missing = await http.get(f"{PREFIX}/runs/nope/streams/out")
             assert missing.status_code == 404 and "no run" in missing.json()["error"]
+
+
+async def test_numbers_past_a_64_bit_integer_answer_400(db_url: str) -> None:
+    """`?from=`, `?limit=`, `?offset=` and `Last-Event-ID` beyond what SQL's integers hold
+    are the client's mistake (400), not the driver's overflow mid-answer."""
+    app = Durably(db_url)
+
+    @app.workflow(name="sse", version="v1")
+    async def sse(ctx: Any) -> None:
+        await ctx.step.write_stream("out", "a")
+
+    huge = str(2**63)
+    async with app:
+        handle = await sse.start()
+        async with app.worker():
+            await handle.wait(timeout=scaled(10))
+        web = create_app(app, TOKEN, HostAllowList.of("127.0.0.1", 8080))
+        transport = httpx.ASGITransport(app=web)
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8080",
+                                     headers=headers) as http:  # fmt: skip
+            path = f"{PREFIX}/runs/{handle.run_id}/streams/out"
+            assert (await http.get(path, params={"from": huge})).status_code == 400
+            assert (await http.get(path, headers={"Last-Event-ID": huge})).status_code == 400
+            for name in ("limit", "offset"):
+                for number in (huge, "9" * 5000):  # past int()'s 4300 digits too
+                    answer = await http.get(f"{PREFIX}/runs", params={name: number})
+                    assert answer.status_code == 400, (name, answer.status_code, answer.text)

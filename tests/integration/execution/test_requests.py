@@ -316,3 +316,34 @@ async def test_a_request_taken_but_not_answered_goes_to_the_next_run_of_the_chai
         first = await defer.start(0)
         assert await app.request(first.run_id, "ask", "q", timeout=scaled(20)) == "q by gen1"
         assert await first.result(timeout=scaled(20)) == "done"
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "encrypted"])
+async def test_a_request_delivered_to_a_waiting_run_goes_to_the_next_run_too(
+    db_url: str, sealed: bool
+) -> None:
+    """As above, with the request sent once the run waits for it (delivered to the wait,
+    not buffered): encrypted, the wait's record sealed the whole envelope, so the database
+    could not read the request's id in it and the next run never received it (the client
+    waited out its timeout)."""
+    codec = FernetCodec([FernetCodec.generate_key()]) if sealed else None
+    app = Durably(db_url, codec=codec)
+
+    @app.workflow(name="defer", version="v1")
+    async def defer(ctx: Any, gen: int) -> str:
+        req = await ctx.step.wait_for_request("ask", timeout="1m")
+        assert req is not None
+        if gen == 0:
+            ctx.continue_as_new(gen + 1)
+        await ctx.step.reply(req, f"{req.data} by gen{gen}")
+        return "done"
+
+    async with app, app.worker():
+        first = await defer.start(0)
+
+        async def waiting() -> bool:
+            return (await app.get_run(first.run_id)).status == "waiting"
+
+        await eventually(waiting, what="the run's wait for the request")
+        assert await app.request(first.run_id, "ask", "q", timeout=scaled(20)) == "q by gen1"
+        assert await first.result(timeout=scaled(20)) == "done"

@@ -96,3 +96,14 @@ async def test_a_refused_or_rolled_back_send_stores_nothing(psql: Psql) -> None:
         assert "22023: the data of signal 'huge' is not JSON: it holds an integer" in err, err
         await psql.ok("BEGIN;\nSELECT durably.send_signal('gone', '1');\nROLLBACK;")
         assert await app.list_signals(pending=False) == []
+
+
+async def test_the_reserved_request_prefix_is_refused_from_sql_too(psql: Psql) -> None:
+    """`durably:request:NAME` is how requests are sent (SPEC §4.22): app.send_signal and
+    ctx.step.send_signal refuse it; from SQL it reached wait_for_request as a request
+    nobody could answer. Refused with 22023, nothing stored."""
+    app = _app(psql.url)
+    async with app:
+        err = await psql.fails("SELECT durably.send_signal('durably:request:ask', '1');")
+        assert "22023" in err and "reserved" in err, err
+        assert await app.list_signals(pending=False) == []
