@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -68,6 +69,10 @@ async def _with_worker() -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
+    # Python's own Ctrl-C handling, as in a terminal: a process started from a shell's
+    # background job inherits SIGINT ignored (bash without job control), and Python then
+    # installs no handler; every Ctrl-C of the test would be lost.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if sys.argv[1] == "asyncio.run":
         asyncio.run(_with_worker())
     else:
