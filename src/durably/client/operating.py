@@ -17,10 +17,10 @@ from ..store.models import TERMINAL, Run
 from ..store.operations import Operations, Signal
 from ..store.queues import QueueClaims
 from ..store.records import NewRun
+from .reads import Reads, empty
 
 if TYPE_CHECKING:
     from ..store.endwatch import EndWatch
-    from ..store.store import Store
     from ..workflow.definition import Definition
     from .handle import RunHandle
 
@@ -39,14 +39,15 @@ class Operating:
     def __init__(
         self,
         app: Operated,
-        store: Store,
+        reads: Reads,
         end_watch: EndWatch,
         namespace: str,
         workflows: Mapping[tuple[str, str], Definition[Any, Any]],
         max_payload: int,
     ) -> None:
         self.app = app
-        self.store = store
+        self.reads = reads  # the inspection reads' (replica or primary)
+        self.store = store = reads.primary
         self.end_watch = end_watch
         self.namespace = namespace
         self.workflows = workflows  # the app's registry, as it grows
@@ -64,6 +65,7 @@ class Operating:
             InvalidInput: the run is not failed or canceled (nothing was written).
         """
         await self.app.open()
+        self.reads.wrote()
         return await self.operations.resume(run_id)
 
     async def fork(
@@ -99,6 +101,7 @@ class Operating:
             input_json=encode(old.input, "the input", self.max_payload),
             queue=old.queue, concurrency_key=old.concurrency_key, priority=old.priority,
         )  # fmt: skip  # a fork stays under its queue's limits
+        self.reads.wrote()
         run = await self.operations.fork(old, from_position, new)
         handle = self.app.handle(run.run_id)
         handle.run = run
@@ -177,7 +180,7 @@ class Operating:
     async def list_events(self, run_id: str) -> dict[str, Any]:
         """Every event key run `run_id` has set, with its latest value."""
         await self.app.open()
-        return await self.operations.list_events(run_id)
+        return await self.reads.read(lambda s: Operations(s).list_events(run_id), empty)
 
     # ----------------------------------------------------------------- signals
 
@@ -188,12 +191,15 @@ class Operating:
         expired), or all that are kept. Each is
         `{"id", "name", "data", "created_at", "expires_at", "consumed_by", ...}`."""
         await self.app.open()
-        found: list[Signal] = await self.operations.list_signals(name, pending, limit)
+        found: list[Signal] = await self.reads.read(
+            lambda s: Operations(s).list_signals(name, pending, limit)
+        )
         return [s.to_dict() for s in found]
 
     async def delete_signal(self, signal_id: int) -> None:
         """Delete a stored signal (a stale buffered one, say); SignalNotFound if none."""
         await self.app.open()
+        self.reads.wrote()
         await self.operations.delete_signal(signal_id)
 
     # ----------------------------------------------------------------- retention
@@ -226,6 +232,7 @@ class Operating:
                 f"purge status must be among completed, failed, canceled, not {wrong or '[]'}"
             )
         await self.app.open()
+        self.reads.wrote()
         return await self.operations.purge(older_s, statuses, workflow=workflow)
 
     # ----------------------------------------------------------------- what is stuck
@@ -235,12 +242,12 @@ class Operating:
         been due for over 30 s (workers are missing or saturated), and held runs (their
         replay did not match their history: the deployed code must be fixed)."""
         await self.app.open()
-        return await self.store.list_stuck(limit, grace_s=30, alive_s=60)
+        return await self.reads.read(lambda s: s.list_stuck(limit, grace_s=30, alive_s=60))
 
     async def queue_counts(self) -> list[dict[str, Any]]:
         """Each queue declared in the database: its limits, `running` and `waiting` runs."""
         await self.app.open()
-        return await QueueClaims(self.store).counts()
+        return await self.reads.read(lambda s: QueueClaims(s).counts())
 
     async def list_tables(self) -> list[str]:
         """The engine's tables (schema-qualified on PostgreSQL)."""
