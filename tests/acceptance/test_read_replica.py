@@ -7,8 +7,11 @@ primary, logged once; SQLite refuses a read_url."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +22,7 @@ from durably import ConfigurationError, Durably
 from durably.client import reads
 from durably.core.clock import Clock
 from tests import pgcluster
-from tests.helpers import eventually_sync
+from tests.helpers import eventually_sync, scaled
 
 
 class Skipping(Clock):
@@ -57,7 +60,7 @@ def pair() -> Iterator[tuple[pgcluster.Cluster, pgcluster.Cluster]]:
 
 def _sql(cluster: pgcluster.Cluster, query: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(cluster.url, autocommit=True) as conn:
-        return conn.execute(query).fetchall()  # type: ignore[arg-type]
+        return conn.execute(query).fetchall()
 
 
 def _replayed(primary: pgcluster.Cluster, standby: pgcluster.Cluster) -> bool:
@@ -103,6 +106,24 @@ def test_reads_go_to_the_replica(
     assert ("durably-read",) in names
     assert ("durably-read",) not in _sql(primary, "SELECT application_name FROM pg_stat_activity")
     assert writer.sync.get_run(run_id).status == "canceled"
+    # The CLI's reads: from the standby with --read-database (after the command), not without.
+    status = {
+        r["run_id"]: r["status"] for r in _cli(primary, "runs", "--read-database", standby.url)
+    }
+    assert status[run_id] == "pending"
+    assert {r["run_id"]: r["status"] for r in _cli(primary, "runs")}[run_id] == "canceled"
+    shown = _cli(primary, "show", run_id, DURABLY_READ_DATABASE_URL=standby.url)
+    assert shown["run"]["status"] == "pending"
+
+
+def _cli(primary: pgcluster.Cluster, *args: str, **env: str) -> Any:
+    """`durably --database PRIMARY ARGS --json`'s document."""
+    done = subprocess.run(
+        [sys.executable, "-m", "durably.cli", "--database", primary.url, *args, "--json"],
+        capture_output=True, text=True, check=True, timeout=scaled(60),
+        env={**os.environ, "DURABLY_READ_DATABASE_URL": "", **env},
+    )  # fmt: skip
+    return json.loads(done.stdout)
 
 
 def test_this_clients_writes_are_read_despite_lag(

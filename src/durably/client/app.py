@@ -20,12 +20,11 @@ from ..core.durations import Duration, parse_duration, parse_instant
 from ..core.errors import ConfigurationError, InvalidInput, WorkflowNotFound
 from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
 from ..store.endwatch import EndWatch
-from ..store.models import Run, StepAttempt
+from ..store.models import Run
 from ..store.operations import Operations
 from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, Debounce, NewRun
 from ..store.sends import check_signal_name
 from ..store.store import Store
-from ..store.streams import Streams
 from ..workflow.debounce import debounce_of
 from ..workflow.definition import WorkflowFn
 from ..workflow.queue import Queue
@@ -420,11 +419,6 @@ class App:
         await self.open()
         return await self.reads.read(lambda store: store.get_run(run_id))
 
-    async def list_steps(self, run_id: str) -> list[StepAttempt]:
-        """Every step attempt of a run, oldest first."""
-        await self.open()
-        return await self.reads.read(lambda store: store.list_steps(run_id))
-
     async def list_runs(
         self,
         status: str | None = None,
@@ -507,6 +501,8 @@ class App:
     list_stuck = _operated(Operating.list_stuck)
     queue_counts = _operated(Operating.queue_counts)
     list_tables = _operated(Operating.list_tables)
+    list_steps = _operated(Operating.list_steps)
+    list_streams = _operated(Operating.list_streams)
 
     def read_stream(self, run_id: str, key: str, offset: int = 0) -> AsyncIterator[Any]:
         """The values run `run_id` writes to its stream `key`, from `offset` on, in order:
@@ -521,15 +517,6 @@ class App:
             ```
         """
         return read_stream(self._operating, run_id, key, offset)
-
-    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
-        """Run `run_id`'s streams: `{"key", "length", "closed"}` each (open or closed by
-        `close_stream`; all are closed once the run has ended); with `last`, each also
-        has its latest `last` values, `"last": [{"offset", "value"}, ...]`."""
-        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
-            raise InvalidInput(f"last is a number of values from 0, not {last!r}")
-        await self.open()
-        return await self.reads.read(lambda store: Streams(store).list_streams(run_id, last))
 
     async def request(
         self, run_id: str, name: str, data: Any = None, *, timeout: Duration | None = "30s",

@@ -13,10 +13,11 @@ from ..core.codec import encode
 from ..core.durations import Duration, parse_duration
 from ..core.errors import InvalidInput, RunNotFound, WorkflowTimeoutError
 from ..core.limits import TimeUp, within
-from ..store.models import TERMINAL, Run
+from ..store.models import TERMINAL, Run, StepAttempt
 from ..store.operations import Operations, Signal
 from ..store.queues import QueueClaims
 from ..store.records import NewRun
+from ..store.streams import Streams
 from .reads import Reads, empty
 
 if TYPE_CHECKING:
@@ -106,6 +107,11 @@ class Operating:
         handle = self.app.handle(run.run_id)
         handle.run = run
         return handle
+
+    async def list_steps(self, run_id: str) -> list[StepAttempt]:
+        """Every step attempt of a run, oldest first."""
+        await self.app.open()
+        return await self.reads.read(lambda store: store.list_steps(run_id))
 
     async def run_id_from_prefix(self, prefix: str) -> str:
         """The run id that `prefix` (the whole id, or 8 or more of its first characters)
@@ -253,3 +259,12 @@ class Operating:
         """The engine's tables (schema-qualified on PostgreSQL)."""
         await self.app.open()
         return await self.store.list_tables()
+
+    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
+        """Run `run_id`'s streams: `{"key", "length", "closed"}` each (open or closed by
+        `close_stream`; all are closed once the run has ended); with `last`, each also
+        has its latest `last` values, `"last": [{"offset", "value"}, ...]`."""
+        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+            raise InvalidInput(f"last is a number of values from 0, not {last!r}")
+        await self.app.open()
+        return await self.reads.read(lambda store: Streams(store).list_streams(run_id, last))
