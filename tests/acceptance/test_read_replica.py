@@ -106,6 +106,8 @@ def test_reads_go_to_the_replica(
     assert ("durably-read",) in names
     assert ("durably-read",) not in _sql(primary, "SELECT application_name FROM pg_stat_activity")
     assert writer.sync.get_run(run_id).status == "canceled"
+    # A wait for the run's end reads the primary: the standby would keep it pending.
+    assert reader.sync.wait(run_id, timeout=scaled(10)).status == "canceled"
     # The CLI's reads: from the standby with --read-database (after the command), not without.
     status = {
         r["run_id"]: r["status"] for r in _cli(primary, "runs", "--read-database", standby.url)
