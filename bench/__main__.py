@@ -4,6 +4,9 @@
              [--via sql]                                the runs started by start_run() in
                                                         SQL, not by the Python client
   latency    --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
+             [--trace]                                  and each hop's median (start commit,
+                                                        NOTIFY, claim, steps, end, wake-up)
+                                                        -> {"trace": {"hops_ms", ...}}
   signal     --n N --gap-ms G --database URL            -> {"client_ms": {"median", ...}}
   request    --n N --gap-ms G --database URL            app.request's round trip to a
                                                         waiting run -> {"client_ms": ...}
@@ -13,8 +16,14 @@
   queued     --concurrency C --runs N --queue-concurrency Q [--pairs P] --database URL
              throughput with the workflow on a queue (concurrency Q), alternating with the
              unqueued figure -> {"runs_per_s" (queued), "ratio" (queued/unqueued, median)}
+  perkey     --runs N --keys K --concurrency C [--pairs P] --database URL
+             a queue's starts (sequential, 16 at once) and drain with each per-key
+             strategy (on_full) beside "wait" -> {"median", "ratio_to_wait"}
   stream     --n N --gap-ms G --runs V --database URL  -> {"write_to_yield_ms", "values_per_s"}
              a waiting reader's latency (N values, G ms apart), then V values back to back
+  attributes --finished F --n N --runs R --pairs P --database URL
+             list_runs(attributes=...) p50/p99 over F runs with attributes (N calls each),
+             and the cost of attributes on R sequential starts -> see bench/attributes.py
 Each call starts from an empty schema of its own (`durably_bench`). The last line printed
 is one JSON object.
 """
@@ -26,14 +35,25 @@ import asyncio
 import json
 import logging
 
-from . import requests, scenarios
+from . import attributes, perkey, requests, scenarios
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument(
         "mode",
-        choices=["throughput", "latency", "signal", "scale", "idle", "queued", "stream", "request"],
+        choices=[
+            "throughput",
+            "latency",
+            "signal",
+            "scale",
+            "idle",
+            "queued",
+            "stream",
+            "request",
+            "perkey",
+            "attributes",
+        ],
     )
     parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--concurrency", type=int, default=50)
@@ -45,11 +65,17 @@ def main() -> None:
     parser.add_argument("--sleeping", type=int, default=100_000)
     parser.add_argument("--queue-concurrency", type=int, default=50)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--keys", type=int, default=10)
+    parser.add_argument("--trace", action="store_true")
     parser.add_argument("--via", choices=["client", "sql"], default="client")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.mode == "request":
         work = requests.request_latency(args.database, args.n, args.gap_ms)
+    elif args.mode == "perkey":
+        work = perkey.perkey(args)
+    elif args.mode == "attributes":
+        work = attributes.attributes(args)
     else:
         work = scenarios.run(args)
     result = asyncio.run(work)

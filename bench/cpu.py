@@ -1,4 +1,5 @@
-"""`uv run python -m bench.cpu --database URL [--runs 3000] [--concurrency 50] [--via sql]`
+"""`uv run python -m bench.cpu --database URL [--runs 3000] [--concurrency 50] [--via sql]
+[--codec fernet]`
 
 CPU time per run of a throughput drain, and of the starts before it (`start_*`: one
 client starting the runs one by one), in the worker (this process) and in the
@@ -7,7 +8,8 @@ machine; the poller that counts completed runs is one of them, and so is any oth
 of that database: give the benchmark a database of its own).
 On a machine whose speed drifts, runs per second of one code can vary by 30% within
 minutes; CPU per run varies less, so compare two versions by this, alternating them
-(A B A B). The last line printed is one JSON object.
+(A B A B). `--codec fernet` encrypts every payload at rest (a `FernetCodec` of a fresh
+key): the cost of encryption. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
+
+from durably import FernetCodec
 
 from .scenarios import SCHEMA, _Reader, make_app, reset
 
@@ -69,9 +73,13 @@ async def _starts(
     }
 
 
-async def drain(url: str, runs: int, concurrency: int, via: str = "client") -> dict[str, float]:
+async def drain(
+    url: str, runs: int, concurrency: int, via: str = "client", codec: str = "none"
+) -> dict[str, float]:
     await reset(url)
-    app = make_app(url)
+    app = make_app(
+        url, codec=FernetCodec([FernetCodec.generate_key()]) if codec != "none" else None
+    )
     query = (
         "SELECT pid FROM pg_stat_activity"
         " WHERE datname = current_database() AND pid <> pg_backend_pid()"
@@ -115,8 +123,10 @@ def main() -> None:
         default="client",
         help="start the runs by the Python client, or by start_run() in SQL",
     )
+    parser.add_argument("--codec", choices=["none", "fernet"], default="none")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(drain(args.database, args.runs, args.concurrency, args.via))))
+    found = drain(args.database, args.runs, args.concurrency, args.via, args.codec)
+    print(json.dumps(asyncio.run(found)))
 
 
 if __name__ == "__main__":

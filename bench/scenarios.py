@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import statistics
+import sys
 import time
 from typing import Any
 
 import psycopg
 
-from durably import Durably
+from durably import Codec, Durably
+
+from . import tracing
 
 SCHEMA = "durably_bench"
 
 
-def make_app(url: str, queue_concurrency: int | None = None) -> Durably:
-    app = Durably(url, schema=SCHEMA)
+def make_app(url: str, queue_concurrency: int | None = None, codec: Codec | None = None) -> Durably:
+    app = Durably(url, schema=SCHEMA, codec=codec)
     queue = app.queue("bench", concurrency=queue_concurrency) if queue_concurrency else None
 
     async def noop(i: int) -> int:
@@ -170,17 +174,30 @@ async def _prefill(app: Durably, url: str, finished: int, sleeping: int) -> None
         await conn.execute(f"VACUUM ANALYZE {SCHEMA}.runs")
 
 
-async def latency(url: str, n: int, gap_ms: int, mode: str) -> dict[str, Any]:
+async def latency(url: str, n: int, gap_ms: int, mode: str, trace: bool = False,
+                  ) -> dict[str, Any]:  # fmt: skip
+    if trace and (mode != "latency" or not url.startswith("postgres")):
+        raise SystemExit("--trace is for latency on PostgreSQL")
     await reset(url)
+    with tracing.Tracer().installed() if trace else contextlib.nullcontext() as tracer:
+        return await _latency(url, n, gap_ms, mode, tracer)
+
+
+async def _latency(url: str, n: int, gap_ms: int, mode: str, tracer: tracing.Tracer | None,
+                   ) -> dict[str, Any]:  # fmt: skip
     app = make_app(url)
     client: list[float] = []
+    samples: list[dict[str, Any]] = []
     async with app, app.worker(concurrency=10), _Reader(app) as reader:
         await _warm_up(app, mode)
         for i in range(n):
             if mode == "latency":
                 await asyncio.sleep(gap_ms / 1000 + random.random())
+                if tracer is not None:
+                    tracer.reset()
                 t0 = time.perf_counter()
                 handle = await app.start("bench", i)
+                started = time.perf_counter()
             else:
                 sig = f"sig-{i}-{random.random()}"
                 handle = await app.start("sigbench", sig)
@@ -192,9 +209,16 @@ async def latency(url: str, n: int, gap_ms: int, mode: str) -> dict[str, Any]:
                 assert sent["delivered_to"] == [handle.run_id], sent
             while (await reader.status_of(handle.run_id)) != "completed":
                 await asyncio.sleep(0.002)
-            client.append((time.perf_counter() - t0) * 1000)
-    return {"system": "durably", "mode": mode, "n": n, "gap_ms": gap_ms,
-            "client_ms": stats(client)}  # fmt: skip
+            seen = time.perf_counter()
+            client.append((seen - t0) * 1000)
+            if tracer is not None:
+                samples.append(tracing.breakdown(tracer, t0, started, seen))
+    result: dict[str, Any] = {"system": "durably", "mode": mode, "n": n, "gap_ms": gap_ms,
+                              "client_ms": stats(client)}  # fmt: skip
+    if tracer is not None:
+        result["trace"] = tracing.summary(samples)
+        print(tracing.table(result["trace"]), file=sys.stderr, flush=True)
+    return result
 
 
 async def _warm_up(app: Durably, mode: str) -> None:
@@ -250,7 +274,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.mode == "queued":
         return await queued(args)
     if args.mode in ("latency", "signal"):
-        return await latency(args.database, args.n, args.gap_ms, args.mode)
+        return await latency(args.database, args.n, args.gap_ms, args.mode, args.trace)
     if args.mode == "idle":
         return await idle(args.database, args.concurrency, args.seconds)
     if args.mode == "stream":

@@ -41,6 +41,7 @@ from durably import DatabaseUnavailable, Durably
 
 from . import invariants, ledger, workload
 from .faults import FaultInjector, Workers
+from .load import LoadGenerator
 from .migration import SchemaMigration
 
 PROFILES = {"ci": {"minutes": 2.0, "drain": 45.0, "in_flight": 24, "rate": 5.0}}
@@ -145,7 +146,7 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
     migration = None if sqlite else SchemaMigration(target.url, app.connector.schema)
     injector = FaultInjector(workers, rng, target.proxy, target.cluster,
                              target.url if sqlite else None, migration)  # fmt: skip
-    load = workload.LoadGenerator(app, rng, args.in_flight, args.rate, plant)
+    load = LoadGenerator(app, rng, args.in_flight, args.rate, plant)
     began = time.monotonic()
     workers.start()
     try:
@@ -185,7 +186,7 @@ async def soak(args: argparse.Namespace, target: Target, work: Path) -> invarian
     return invariants.Report(header, ev, invariants.check_all(ev), facts)
 
 
-def _facts(load: workload.LoadGenerator, workers: Workers) -> dict[str, object]:
+def _facts(load: LoadGenerator, workers: Workers) -> dict[str, object]:
     cancels = Counter(p.cancel for p in load.plans.values() if p.cancel_after is not None)
     return {
         "client calls retried through outages": load.retried,
@@ -204,7 +205,7 @@ def _facts(load: workload.LoadGenerator, workers: Workers) -> dict[str, object]:
     }
 
 
-def _signal_results(load: workload.LoadGenerator) -> dict[str, int]:
+def _signal_results(load: LoadGenerator) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for plan in load.plans.values():
         for sent in plan.sent:

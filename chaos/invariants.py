@@ -18,7 +18,8 @@ from typing import Any
 from durably import Durably, Run, StepAttempt
 
 from .faults import Fault
-from .workload import CHILD_MODES, COMPENSABLE, Plan, version_in
+from .plans import CHILD_MODES, COMPENSABLE, Plan
+from .workload import version_in
 
 EXAMPLES = 5  # violations shown per check (all are counted)
 

@@ -43,7 +43,9 @@ from .core.errors import (
     WorkflowNotFound,
     WorkflowTimeoutError,
 )
+from .core.fernet import FernetCodec
 from .core.retry import RetryPolicy
+from .core.sealing import Codec
 from .store.models import Run, StepAttempt
 from .worker.worker import Worker
 from .workflow.context import WorkflowContext
@@ -57,6 +59,7 @@ from .workflow.syncsteps import SyncChildHandle, SyncStepApi, SyncWorkflowContex
 __all__ = [
     "ChildHandle",
     "ChildWorkflowError",
+    "Codec",
     "ConfigurationError",
     "ContinueAsNew",
     "DatabaseUnavailable",
@@ -64,6 +67,7 @@ __all__ = [
     "Durably",
     "DurablyError",
     "Fence",
+    "FernetCodec",
     "IdempotencyConflictError",
     "InvalidInput",
     "LeaseLostError",

@@ -9,7 +9,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ class Served:
 
     def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
              token: str | None = TOKEN, host: str | None = None,
-             params: dict[str, str] | None = None) -> httpx.Response:  # fmt: skip
+             params: Mapping[str, str | list[str]] | None = None) -> httpx.Response:  # fmt: skip
         """`method` on `/api/v1{path}`, the body `body` as JSON (or the bytes `raw`)."""
         headers = {"Content-Type": "application/json"}
         if token is not None:
@@ -172,8 +172,10 @@ BAD_STARTS: list[tuple[bytes | dict[str, Any], str]] = [
     ({"workflow": "price", "input": {"id": "o1"}, "available_at": "+99999999999d"},
      "longer than 1000 years"),
     ({"workflow": "price", "input": {"id": "o1"}, "priority": "high"}, "priority must be"),
-    ({"workflow": "price", "input": {"id": "o1"}, "attributes": {"customer": "c-1"}},
-     "no search attributes"),
+    ({"workflow": "price", "input": {"id": "o1"}, "attributes": {"customer": [1]}},
+     "an attribute is a str, int, float or bool"),
+    ({"workflow": "price", "input": {"id": "o1"}, "attributes": ["customer"]},
+     "must be a mapping"),
     ({"workflow": "price", "input": {"id": "x" * (1024 * 1024)}}, "over the limit of 1048576"),
 ]  # fmt: skip
 
@@ -201,7 +203,8 @@ def test_bad_input_is_400_with_the_cli_s_message_and_writes_nothing(served: Serv
     for params, message in [({"status": "sleeping"}, "status must be one of"),
                             ({"limit": "0"}, "limit must be a whole number of at least 1"),
                             ({"state": "failed"}, "no query parameter 'state'"),
-                            ({"stuck": "maybe"}, "stuck is true or false")]:  # fmt: skip
+                            ({"stuck": "maybe"}, "stuck is true or false"),
+                            ({"attr": "customer"}, "an attribute is KEY=VALUE")]:  # fmt: skip
         answer = served.call("GET", "/runs", params=params)
         assert answer.status_code == 400 and message in answer.json()["error"], answer.text
     assert served.call("POST", "/runs/r-1/cancel", raw=b"{bad").status_code == 400
@@ -295,6 +298,24 @@ def test_a_run_started_over_http_completes_in_a_worker(served: Served) -> None:
     assert served.ok("GET", "/runs", stuck="true") == []
     canceled = served.call("POST", f"/runs/{started['run_id']}/cancel")
     assert canceled.status_code == 409 and "already completed" in canceled.json()["error"]
+
+
+def test_runs_are_started_and_listed_by_their_attributes(served: Served) -> None:
+    body = {"workflow": "price", "input": {"id": "o1"}, "available_at": "+1h"}
+    a = served.ok("POST", "/runs", {**body, "attributes": {"customer": "c-1", "n": 30}}, 201)
+    b = served.ok("POST", "/runs", {**body, "attributes": {"customer": "c-1", "n": 2}}, 201)
+
+    def listed(*attrs: str) -> list[str]:
+        answer = served.call("GET", "/runs", params={"attr": list(attrs)})
+        assert answer.status_code == 200, answer.text
+        return [r["run_id"] for r in answer.json()]
+
+    assert listed("customer=c-1") == [b["run_id"], a["run_id"]]
+    assert listed("customer=c-1", "n=30") == [a["run_id"]]
+    assert listed('n="30"') == []  # a string is not the number
+    run = served.ok("GET", f"/runs/{a['run_id']}")
+    assert run["attributes"] == {"customer": "c-1", "n": 30}
+    assert run == served.cli_json("show", a["run_id"])["run"]
 
 
 def test_a_signal_sent_over_http_reaches_the_waiting_run(served: Served) -> None:

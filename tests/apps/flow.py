@@ -1,7 +1,9 @@
 """Queues and schedules (§4.17), as an app the acceptance tests run in worker processes.
 
 Each queued workflow holds its slot for FLOW_HOLD seconds in a step that writes `start`
-and `end` to the business ledger (see `seed.ledger`). Scheduled workflows are registered
+and `end` to the business ledger (see `seed.ledger`). The workflows of the per-key
+strategies (§4.23), `latest` and `single`, first reserve (ledger `reserve`; its undo
+writes `undo`), then hold. Scheduled workflows are registered
 only with FLOW_SCHEDULE=1, so that the queue tests' workers start no scheduled runs.
 """
 
@@ -25,6 +27,8 @@ limited = app.queue("limited", concurrency=3)
 keyed = app.queue("keyed", per_key=1)
 rated = app.queue("rated", rate="2/1s")
 ranked = app.queue("ranked", concurrency=1, priority=True)
+latest = app.queue("latest", per_key=1, on_full="cancel_running")
+single = app.queue("single", per_key=1, on_full="cancel_new")
 
 
 def hold(ctx: StepContext) -> None:
@@ -47,6 +51,28 @@ def _queued(name: str, queue: Any) -> None:
 for _name, _queue in [("limited", limited), ("keyed", keyed), ("rated", rated),
                       ("ranked", ranked)]:  # fmt: skip
     _queued(_name, _queue)
+
+
+def reserve(ctx: StepContext, k: int) -> int:
+    seed.ledger(ctx, "reserve")
+    return k
+
+
+def unreserve(ctx: StepContext, k: int) -> None:
+    seed.ledger(ctx, "undo")
+
+
+def _reserving(name: str, queue: Any) -> None:
+    async def body(ctx: Any, k: int) -> int:
+        await ctx.step.run("reserve", reserve, k, compensate=unreserve)
+        await ctx.step.run("hold", hold)
+        return k
+
+    app.workflow(name=name, version="v1", queue=queue)(body)
+
+
+for _name, _queue in [("latest", latest), ("single", single)]:
+    _reserving(_name, _queue)
 
 
 if os.environ.get("FLOW_SCHEDULE") == "1":

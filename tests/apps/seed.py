@@ -341,3 +341,18 @@ async def chain(ctx: Any, gen: int) -> int:
     if got < CHAIN_LAST:
         ctx.continue_as_new(got + 1)
     return int(got)
+
+
+# ----- search attributes (SPEC §4.24) -----
+@app.workflow(name="tagged", version="v1")
+async def tagged(ctx: Any, n: int) -> int:
+    """Sets attributes twice; KILL_AFTER_ATTRIBUTES (a marker path): the worker dies just
+    after the first set, once (its record and merge committed), for another to replay."""
+    await ctx.step.set_attributes({"stage": "first", "n": n})
+    marker = os.environ.get("KILL_AFTER_ATTRIBUTES")
+    if n == 0 and marker and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), 9)
+    await ctx.step.run("work", _generation, n)
+    await ctx.step.set_attributes({"stage": "done", "by": WORKER})
+    return n

@@ -48,6 +48,25 @@ def test_the_run_list_finds_a_run_by_its_idempotency_key(served: tuple[str, Dura
     assert wanted.run_id not in _get(base + "/?key=order-42&status=failed")
 
 
+def test_the_run_list_filters_by_search_attributes(served: tuple[str, Durably]) -> None:
+    base, app = served
+    wanted = app.sync.start("order", 1, attributes={"customer": "c-1", "n": 30}, available_at="+1h")
+    other = app.sync.start("order", 2, attributes={"customer": "c-2", "n": 30}, available_at="+1h")
+    query = urllib.parse.quote("customer=c-1; n=30")
+    page = _get(f"{base}/?attr={query}")
+    assert wanted.run_id in page and other.run_id not in page
+    assert "value='customer=c-1; n=30'" in page  # the search stays in its field
+    both = _get(f"{base}/?attr=n%3D30")
+    assert wanted.run_id in both and other.run_id in both
+    assert wanted.run_id not in _get(f"{base}/?attr=n%3D30&status=failed")
+    shown = _get(f"{base}/runs/{wanted.run_id}")
+    assert '<code>customer="c-1"</code> <code>n=30</code>' in shown
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _get(f"{base}/?attr=customer")
+    assert refused.value.code == 400
+    assert "an attribute is KEY=VALUE" in refused.value.read().decode()
+
+
 def _get_as(url: str, token: str) -> str:
     """The page, as a browser logged in with `token` asks for it (its session cookie)."""
     cookie = f"durably_token={Auth(token).session()}"

@@ -36,7 +36,46 @@ def test_each_statement_outside_a_transaction_can_run_again(name: str, text: str
 def test_postgres_builds_concurrently_only_outside_a_transaction() -> None:
     for _, name, text in _queries.migrations("durably.backends.postgres"):
         if not _queries.outside_transaction(text):
-            assert not _CONCURRENT.search(" ".join(_queries.statements(text))), name
+            head, _ = _queries.then_outside(text)
+            assert not _CONCURRENT.search(" ".join(_queries.statements(head))), name
+
+
+def _then_outside(package: str) -> list[tuple[str, str, str]]:
+    found = []
+    for _, name, text in _queries.migrations(package):
+        head, tail = _queries.then_outside(text)
+        if tail is not None:
+            found.append((name, head, tail))
+    return found
+
+
+def test_a_migration_with_a_part_outside_can_run_again_from_the_top() -> None:
+    """Stopped between its parts, it is not recorded: its transaction's part runs again
+    (each statement a no-op once done), then its part outside (see the migrator)."""
+    found = _then_outside("durably.backends.postgres")
+    assert [name for name, _, _ in found] == ["0027_attributes.sql"]
+    again = re.compile(
+        r"^\s*(ALTER TABLE \S+ ADD COLUMN IF NOT EXISTS|CREATE OR REPLACE FUNCTION"
+        r"|DROP FUNCTION IF EXISTS|COMMENT ON)\s",
+        re.IGNORECASE,
+    )
+    for name, head, tail in found:
+        assert not _queries.outside_transaction(head), name
+        for statement in _queries.statements(tail):
+            assert _IDEMPOTENT.match(statement), f"{name}: {statement}"
+        # CREATE FUNCTION (after its DROP ... IF EXISTS) is made again too.
+        lines = [ln for ln in head.splitlines() if ln and not ln.startswith((" ", "--", ")"))]
+        starts = [
+            ln
+            for ln in lines
+            if re.match(r"^[A-Z]+ ", ln)
+            and not ln.startswith(
+                ("CREATE FUNCTION", "DECLARE", "BEGIN", "END", "LANGUAGE", "WITH", "RETURNS")
+            )
+        ]
+        for statement in starts:
+            assert again.match(statement), f"{name}: {statement}"
+    assert _then_outside("durably.backends.sqlite") == []
 
 
 def test_sqlite_runs_every_migration_in_its_transaction() -> None:

@@ -25,6 +25,7 @@ def test_exported_names() -> None:
         "ContinueAsNew",
         "SyncChildHandle", "SyncStepApi", "SyncWorkflowContext",
         "Request", "RequestRejected",
+        "Codec", "FernetCodec",
     ])  # fmt: skip
     for name in durably.__all__:
         assert getattr(durably, name).__doc__, f"{name} has no docstring"

@@ -16,6 +16,7 @@ import re
 from importlib import resources
 
 _HEADER = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_THEN_OUTSIDE = "-- durably: then outside a transaction"
 _NO_TRANSACTION = "-- durably: no transaction"
 _PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
@@ -57,6 +58,14 @@ def migrations(package: str) -> list[tuple[int, str, str]]:
 def outside_transaction(migration: str) -> bool:
     """Whether the SQL of a migration starts with the line `-- durably: no transaction`."""
     return migration.split("\n", 1)[0].strip() == _NO_TRANSACTION
+
+
+def then_outside(migration: str) -> tuple[str, str | None]:
+    """A migration's part for its transaction and the part to run after that commits,
+    outside any transaction (what follows a line `-- durably: then outside a
+    transaction`: a CONCURRENTLY built index of a column the first part adds), or None."""
+    head, marker, tail = migration.partition(f"\n{_THEN_OUTSIDE}\n")
+    return (head, tail) if marker else (migration, None)
 
 
 def statements(migration: str) -> list[str]:

@@ -54,6 +54,9 @@ def run_summary(run: Run) -> None:
         status(run.status), f"  attempts {run.attempts}  fence {run.fence}",
     ))  # fmt: skip
     console.print(f"input  {_short(run.input, 100)}")
+    if run.attributes:  # search attributes (SPEC §4.24)
+        shown = "  ".join(f"{k}={_short(v, 40)}" for k, v in sorted(run.attributes.items()))
+        console.print(f"attributes  {shown}")
     if run.output is not None:
         console.print(f"output {_short(run.output, 100)}")
     if run.error:

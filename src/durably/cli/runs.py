@@ -9,6 +9,7 @@ import typer
 
 from ..client import documents
 from ..client.durably import Durably
+from ..core.attributes import matches, parse_attributes
 from ..core.durations import parse_instant
 from ..core.errors import ConfigurationError, InvalidInput
 from ..store.models import STATUSES
@@ -35,6 +36,13 @@ def _instant(value: str | None, option: str) -> Any:
         fail(f"{option}: {exc}", 2)
 
 
+def _attributes(texts: list[str] | None) -> dict[str, Any] | None:
+    try:
+        return parse_attributes(texts)
+    except InvalidInput as exc:
+        fail(str(exc), 2)
+
+
 def start(
     ctx: typer.Context,
     workflow: str = typer.Argument(..., help="the workflow's name"),
@@ -54,6 +62,11 @@ def start(
     debounce_max: str | None = typer.Option(
         None, "--debounce-max", help="start at most this long after the window's first start"
     ),
+    attr: list[str] | None = typer.Option(
+        None,
+        "--attr",
+        help="a search attribute KEY=VALUE (repeatable; VALUE as JSON if it parses, else text)",
+    ),
     wait: bool = typer.Option(
         False, "--wait", help="wait until the run has finished, showing its progress on stderr"
     ),
@@ -62,6 +75,7 @@ def start(
     """Start a run; prints {"run_id", "status", "version"} (of the run a debounced start
     joined, when it joined one)."""
     data = parse_json(input_text, "--input")
+    attributes = _attributes(attr)
     when = _instant(available_at, "--available-at")
     deadline = _instant(deadline_at, "--deadline-at")
     durably = options(ctx).load(need_app=True)
@@ -72,6 +86,7 @@ def start(
             available_at=when, deadline_at=deadline, concurrency_key=concurrency_key,
             priority=priority, debounce=debounce, debounce_key=debounce_key,
             debounce_max=debounce_max,
+            attributes=attributes,
         )  # fmt: skip
         if wait:
             return await wait_with_progress(durably, handle.run_id)
@@ -149,11 +164,19 @@ def list_runs(
     queue: str | None = typer.Option(None, "--queue", help="runs of this queue"),
     stuck: bool = typer.Option(False, "--stuck", help="due runs nothing is taking, and held runs"),
     limit: int = typer.Option(100, "--limit", min=1),
+    attr: list[str] | None = typer.Option(
+        None,
+        "--attr",
+        help="runs whose search attribute KEY equals VALUE: KEY=VALUE, "
+        'repeatable (all must match); VALUE is read as JSON if it parses (30, true, "30"), '
+        "else as text (c-1)",
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """List runs, newest first."""
     if status is not None and status not in STATUSES:
         fail(f"--status must be one of {', '.join(STATUSES)}", 2)
+    attributes = _attributes(attr)
     durably = options(ctx).load(read_only=True)
 
     async def go() -> Any:
@@ -161,9 +184,10 @@ def list_runs(
             found = await durably.list_stuck(limit)
             return [r for r in found if (status is None or r.status == status)
                     and (workflow is None or r.workflow == workflow)
-                    and (queue is None or r.queue == queue)]  # fmt: skip
+                    and (queue is None or r.queue == queue)
+                    and matches(r.attributes, attributes or {})]  # fmt: skip
         return await durably.list_runs(status=status, workflow=workflow, limit=limit,
-                                       queue=queue)  # fmt: skip
+                                       queue=queue, attributes=attributes)  # fmt: skip
 
     found = run(go(), durably)
     if json_out:

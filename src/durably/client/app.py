@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
 from ..backends import connect
 from ..core import telemetry as _telemetry
+from ..core.attributes import Attributes, encode_attributes
 from ..core.clock import Clock
 from ..core.codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
 from ..core.durations import Duration, parse_duration, parse_instant
 from ..core.errors import ConfigurationError, InvalidInput, WorkflowNotFound
 from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
+from ..core.sealing import Codec, codec_from_env
 from ..store.endwatch import EndWatch
 from ..store.models import Run
 from ..store.operations import Operations
@@ -46,16 +48,31 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def _operated(
-    method: Callable[Concatenate[Operating, P], Awaitable[T]],
+def _delegated(
+    to: str, method: Callable[Concatenate[Any, P], Awaitable[T]]
 ) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
-    """`App`'s method that hands the call to its `Operating` (documented there)."""
+    """`App`'s method that hands the call to its collaborator `self.<to>` (documented
+    there)."""
 
     async def call(self: App, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await method(self._operating, *args, **kwargs)
+        return await method(getattr(self, to), *args, **kwargs)
 
     functools.update_wrapper(call, method)
     return call
+
+
+def _operated(
+    method: Callable[Concatenate[Operating, P], Awaitable[T]],
+) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
+    """`App`'s method that hands the call to its `Operating`."""
+    return _delegated("_operating", method)
+
+
+def _requested(
+    method: Callable[Concatenate[Requesting, P], Awaitable[T]],
+) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
+    """`App`'s method that hands the call to its `Requesting`."""
+    return _delegated("_requesting", method)
 
 
 class App:
@@ -76,6 +93,7 @@ class App:
         clock: Clock | None = None,
         retention: Duration | None = None,
         read_url: str | None = None,
+        codec: Codec | None = None,
     ) -> None:
         self.url = url or os.environ.get("DURABLY_DATABASE_URL") or DEFAULT_URL
         self.read_url = read_url or os.environ.get("DURABLY_READ_DATABASE_URL") or None
@@ -95,6 +113,9 @@ class App:
         self.workflows: dict[tuple[str, str], Workflow[Any, Any]] = {}
         self.queues: dict[str, Queue] = {}
         self.retention = parse_duration(retention) if retention is not None else None
+        # Payloads at rest (SPEC §4.24): sealed by this codec, default the keys of
+        # $DURABLY_CODEC_KEYS; without one, sealed values read as "<encrypted>".
+        self.codec = codec if codec is not None else codec_from_env()
         self._connect(schema)
 
     def __repr__(self) -> str:
@@ -114,9 +135,9 @@ class App:
     def _connect(self, schema: str) -> None:
         """The connections to `self.url`, and what works through them."""
         self.connector = connect(self.url, schema, self.clock, self._pool_size)
-        self.store = Store(self.connector, self.namespace)
+        self.store = Store(self.connector, self.namespace, self.codec)
         self.reads = Reads(self.store, self.clock, (self.url, self.read_url), self._pool_size)
-        self.end_watch = EndWatch(self.connector, self.store.channel)
+        self.end_watch = EndWatch(self.store.db, self.store.channel)
         self._operating = Operating(
             self, self.reads, self.end_watch, self.namespace, self.workflows, self.max_payload
         )
@@ -131,6 +152,7 @@ class App:
         per_key: int | None = None,
         rate: str | None = None,
         priority: bool = False,
+        on_full: str = "wait",
     ) -> Queue:
         """Declare a queue (flow control, enforced by the database across workers).
 
@@ -140,9 +162,13 @@ class App:
             per_key: at most this many running per `start(..., concurrency_key=)`.
             rate: `"N/DURATION"` (e.g. `"10/1m"`): at most N runs started per window.
             priority: claim larger `start(..., priority=)` first (FIFO within one).
+            on_full: a start whose `concurrency_key` is full: "wait" (queue it),
+                "cancel_running" (cancel the key's older runs: the newest runs) or
+                "cancel_new" (cancel the newcomer at once); needs `per_key`.
 
         Raises:
             ConfigurationError: a bad limit or rate, or the name declared otherwise before.
+            InvalidInput: an `on_full` not listed, or without `per_key`.
 
         Example:
             ```python
@@ -154,7 +180,7 @@ class App:
             await fetch.start(url, concurrency_key="tracker-a")
             ```
         """
-        q = Queue(name, concurrency, per_key, rate, priority)
+        q = Queue(name, concurrency, per_key, rate, priority, on_full)
         if self.queues.setdefault(name, q) != q:
             raise ConfigurationError(f"queue {name!r} is already declared as {self.queues[name]}")
         return q
@@ -312,6 +338,7 @@ class App:
         debounce: Duration | None = None,
         debounce_key: str | None = None,
         debounce_max: Duration | None = None,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Any]:
         """Start workflow `workflow` by name (see `Workflow.start`).
 
@@ -337,7 +364,7 @@ class App:
             )  # fmt: skip
             return await self._start_by_name(
                 workflow, input, version, idempotency_key, available_at, deadline_at,
-                connection, concurrency_key, priority, window,
+                connection, concurrency_key, priority, window, attributes,
             )  # fmt: skip
         wf = self.get_workflow(workflow, version)
         return await wf.start(
@@ -345,6 +372,7 @@ class App:
             deadline_at=deadline_at, connection=connection, concurrency_key=concurrency_key,
             priority=priority, debounce=debounce, debounce_key=debounce_key,
             debounce_max=debounce_max,
+            attributes=attributes,
         )  # fmt: skip
 
     async def _start_by_name(
@@ -352,6 +380,7 @@ class App:
         available_at: datetime | str | None, deadline_at: datetime | str | None,
         connection: Any, concurrency_key: str | None, priority: int,
         window: Debounce | None = None,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Any]:  # fmt: skip
         """A thin client's start: written as given, bound and validated by its worker."""
         if not isinstance(workflow, str) or not workflow:
@@ -361,11 +390,14 @@ class App:
         now = datetime.fromtimestamp(self.clock.time(), UTC)
         new = NewRun(
             workflow=workflow, version=version or NEWEST, max_attempts=UNKNOWN_ATTEMPTS,
-            input_json=encode(input, f"input of workflow {workflow!r}", self.max_payload),
+            input_json=encode(
+                input, f"input of workflow {workflow!r}", self.max_payload, self.codec
+            ),
             idempotency_key=idempotency_key,
             available_at=parse_instant(available_at, now) if available_at else None,
             deadline_at=parse_instant(deadline_at, now) if deadline_at else None,
             concurrency_key=concurrency_key, priority=priority, debounce=window,
+            attributes_json=encode_attributes(attributes, f"attributes of workflow {workflow!r}"),
         )  # fmt: skip
         run, created = await self.create_run(new, connection)
         return RunHandle(self, run.run_id, run, joined=window is not None and not created)
@@ -392,7 +424,7 @@ class App:
         check_signal_name(name)
         expires_s = parse_duration(expires).total_seconds() if expires is not None else None
         await self.open()
-        data_json = encode(data, f"the data of signal {name!r}", self.max_payload)
+        data_json = encode(data, f"the data of signal {name!r}", self.max_payload, self.codec)
         self.reads.wrote()
         return await self.store.sends.send_signal(
             name, data_json, idempotency_key, run_id, connection, expires_s
@@ -428,13 +460,17 @@ class App:
         created_after: datetime | None = None,
         queue: str | None = None,
         idempotency_key: str | None = None,
+        attributes: Attributes | None = None,
     ) -> list[Run]:
-        """Runs, newest first, filtered by status, workflow name, queue, creation time and
-        the idempotency key they were started with."""
+        """Runs, newest first, filtered by status, workflow name, queue, creation time, the
+        idempotency key they were started with and search attributes (each key with an
+        equal value: `attributes={"customer": "c-1"}`; numbers by value)."""
+        filter_json = encode_attributes(attributes, "the attributes filter")
         await self.open()
         return await self.reads.read(lambda store: store.list_runs(
             status=status, workflow=workflow, limit=limit, offset=offset,
             created_after=created_after, queue=queue, idempotency_key=idempotency_key,
+            attributes_json=filter_json,
         ))  # fmt: skip
 
     def schedules(self) -> list[dict[str, Any]]:
@@ -502,7 +538,6 @@ class App:
     queue_counts = _operated(Operating.queue_counts)
     list_tables = _operated(Operating.list_tables)
     list_steps = _operated(Operating.list_steps)
-    list_streams = _operated(Operating.list_streams)
 
     def read_stream(self, run_id: str, key: str, offset: int = 0) -> AsyncIterator[Any]:
         """The values run `run_id` writes to its stream `key`, from `offset` on, in order:
@@ -518,32 +553,10 @@ class App:
         """
         return read_stream(self._operating, run_id, key, offset)
 
-    async def request(
-        self, run_id: str, name: str, data: Any = None, *, timeout: Duration | None = "30s",
-        idempotency_key: str | None = None,
-    ) -> Any:  # fmt: skip
-        """Send run `run_id` a durable request `name` and wait for its answer (SPEC §4.22;
-        the workflow takes it with `ctx.step.wait_for_request(name)`).
-
-        Raises:
-            RequestRejected: the workflow rejected it (`.reason`).
-            WorkflowTimeoutError: no answer within `timeout` (None: wait for ever); the
-                request stays pending (`.request_id`: `get_reply` reads a later answer).
-            RunTerminalError: the run has finished (nothing was sent), or it ended
-                without answering (the request stays pending). RunNotFound.
-        """
-        return await self._requesting.request(run_id, name, data, timeout, idempotency_key)
-
-    async def send_request(
-        self, run_id: str, name: str, data: Any = None, *, idempotency_key: str | None = None
-    ) -> str:
-        """Send run `run_id` request `name` without waiting; its id, for `get_reply`."""
-        return await self._requesting.send(run_id, name, data, idempotency_key)
-
-    async def get_reply(self, request_id: str, timeout: Duration | None = 0) -> Any:
-        """The answer to request `request_id` (RequestRejected if rejected), waiting up to
-        `timeout` for it (WorkflowTimeoutError while it stays pending)."""
-        return await self._requesting.get_reply(request_id, timeout)
+    list_streams = _operated(Operating.list_streams)
+    request = _requested(Requesting.request)
+    send_request = _requested(Requesting.send)
+    get_reply = _requested(Requesting.get_reply)
 
     # ----------------------------------------------------------------- workers
 

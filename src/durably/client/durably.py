@@ -29,6 +29,9 @@ class Durably(App):
             `$DURABLY_READ_DATABASE_URL`): listing and inspection reads (`list_runs`,
             `get_run`, `list_steps`, ...) go there, except just after this client's own
             writes; everything else reads the primary (`client/reads.py`). PostgreSQL only.
+        codec: encrypts payloads at rest (`FernetCodec(keys)`, or any `Codec`): inputs,
+            outputs, step results, errors, signal and request data, events, stream values.
+            Default: a `FernetCodec` of `$DURABLY_CODEC_KEYS` (comma-separated), if set.
 
     Example:
         ```python

@@ -10,6 +10,7 @@ from ..core.codec import validate
 from ..core.durations import Duration, parse_duration
 from ..core.errors import RunFailedError, WorkflowTimeoutError
 from ..core.limits import TimeUp, within
+from ..core.sealing import Codec
 from ..store.continues import follow
 from ..store.endwatch import EndWatch
 from ..store.models import Run
@@ -24,6 +25,7 @@ class Client(Protocol):
 
     clock: Clock
     max_payload: int
+    codec: Codec | None  # payloads at rest are sealed with it
     end_watch: EndWatch
     store: Store  # the primary's: a wait reads it, never a replica that lags
 

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.codec import encode
 from ..core.durations import Duration, parse_duration
-from ..core.errors import InvalidInput, RunNotFound, WorkflowTimeoutError
+from ..core.errors import ConfigurationError, InvalidInput, RunNotFound, WorkflowTimeoutError
 from ..core.limits import TimeUp, within
+from ..core.sealing import ENCRYPTED
 from ..store.models import TERMINAL, Run, StepAttempt
 from ..store.operations import Operations, Signal
 from ..store.queues import QueueClaims
@@ -81,7 +82,8 @@ class Operating:
         counts: the fork replays it, so the code takes the same path), a sleep, a signal
         wait, a child, a signal sent, an event set, a `patched` marker. Retried attempts
         and compensations do not count. An out-of-range `from_position` is refused with
-        the log listed.
+        the log listed. The new run has the old one's search attributes as they are now
+        (those its code set included: the copied steps replay, they do not set again).
 
         Example:
             ```python
@@ -94,13 +96,19 @@ class Operating:
         """
         await self.app.open()
         old = await self.store.get_run(run_id)
+        if old.input == ENCRYPTED:  # it cannot be copied: a key this app lacks
+            raise ConfigurationError(
+                f"run {run_id}'s input is encrypted with a key this app "
+                "lacks: fork it with the app's keys (DURABLY_CODEC_KEYS)"
+            )
         version = version or old.version
         wf = self.workflows.get((old.workflow, version))
         new = NewRun(
             workflow=old.workflow, version=version,
             max_attempts=wf.retry.max_attempts if wf is not None else 1,
-            input_json=encode(old.input, "the input", self.max_payload),
+            input_json=encode(old.input, "the input", self.max_payload, self.store.codec),
             queue=old.queue, concurrency_key=old.concurrency_key, priority=old.priority,
+            attributes_json=encode(old.attributes, "the attributes") if old.attributes else None,
         )  # fmt: skip  # a fork stays under its queue's limits
         self.reads.wrote()
         run = await self.operations.fork(old, from_position, new)
@@ -188,6 +196,17 @@ class Operating:
         await self.app.open()
         return await self.reads.read(lambda s: Operations(s).list_events(run_id), empty)
 
+    # ----------------------------------------------------------------- streams
+
+    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
+        """Run `run_id`'s streams: `{"key", "length", "closed"}` each (open or closed by
+        `close_stream`; all are closed once the run has ended); with `last`, each also
+        has its latest `last` values, `"last": [{"offset", "value"}, ...]`."""
+        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
+            raise InvalidInput(f"last is a number of values from 0, not {last!r}")
+        await self.app.open()
+        return await self.reads.read(lambda store: Streams(store).list_streams(run_id, last))
+
     # ----------------------------------------------------------------- signals
 
     async def list_signals(
@@ -259,12 +278,3 @@ class Operating:
         """The engine's tables (schema-qualified on PostgreSQL)."""
         await self.app.open()
         return await self.store.list_tables()
-
-    async def list_streams(self, run_id: str, last: int = 0) -> list[dict[str, Any]]:
-        """Run `run_id`'s streams: `{"key", "length", "closed"}` each (open or closed by
-        `close_stream`; all are closed once the run has ended); with `last`, each also
-        has its latest `last` values, `"last": [{"offset", "value"}, ...]`."""
-        if not isinstance(last, int) or isinstance(last, bool) or last < 0:
-            raise InvalidInput(f"last is a number of values from 0, not {last!r}")
-        await self.app.open()
-        return await self.reads.read(lambda store: Streams(store).list_streams(run_id, last))

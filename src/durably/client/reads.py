@@ -57,7 +57,7 @@ class Reads:
         url, read_url = urls
         if read_url:
             connector = connect_replica(url, read_url, primary.db.schema, pool_size)
-            self.replica = Store(connector, primary.namespace)
+            self.replica = Store(connector, primary.namespace, primary.codec)
 
     def wrote(self) -> None:
         """This client has written: its next reads, for a while, are the primary's."""

@@ -32,22 +32,39 @@ class Requesting:
         self.end_watch = end_watch
         self.max_payload = max_payload
 
-    async def send(self, run_id: str, name: str, data: Any, idempotency_key: str | None) -> str:
+    async def send(
+        self, run_id: str, name: str, data: Any = None, *, idempotency_key: str | None = None
+    ) -> str:
+        """Send run `run_id` request `name` without waiting; its id, for `get_reply`."""
         check_signal_name(name)
-        data_json = encode(data, f"the data of request {name!r}", self.max_payload)
+        data_json = encode(
+            data, f"the data of request {name!r}", self.max_payload, self.store.codec
+        )
         await self.app.open()
         request_id, _ = await self.store.requests.send(run_id, name, data_json, idempotency_key)
         return request_id
 
     async def request(
-        self, run_id: str, name: str, data: Any, timeout: Duration | None,
-        idempotency_key: str | None,
+        self, run_id: str, name: str, data: Any = None, *, timeout: Duration | None = "30s",
+        idempotency_key: str | None = None,
     ) -> Any:  # fmt: skip
+        """Send run `run_id` a durable request `name` and wait for its answer (SPEC §4.22;
+        the workflow takes it with `ctx.step.wait_for_request(name)`).
+
+        Raises:
+            RequestRejected: the workflow rejected it (`.reason`).
+            WorkflowTimeoutError: no answer within `timeout` (None: wait for ever); the
+                request stays pending (`.request_id`: `get_reply` reads a later answer).
+            RunTerminalError: the run has finished (nothing was sent), or it ended
+                without answering (the request stays pending). RunNotFound.
+        """
         limit = _seconds(timeout)  # an InvalidDuration before anything is sent
-        request_id = await self.send(run_id, name, data, idempotency_key)
+        request_id = await self.send(run_id, name, data, idempotency_key=idempotency_key)
         return await self._answer(request_id, run_id, limit)
 
-    async def get_reply(self, request_id: str, timeout: Duration | None) -> Any:
+    async def get_reply(self, request_id: str, timeout: Duration | None = 0) -> Any:
+        """The answer to request `request_id` (RequestRejected if rejected), waiting up to
+        `timeout` for it (WorkflowTimeoutError while it stays pending)."""
         await self.app.open()
         found = await self.store.requests.get(request_id)
         if found.status != "pending":

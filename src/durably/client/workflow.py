@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
+from ..core.attributes import Attributes
 from ..core.durations import Duration
 from ..core.retry import RetryPolicy
 from ..workflow.definition import Definition, WorkflowFn
@@ -55,6 +56,7 @@ class Workflow(Definition[In, Out]):
         debounce: Duration | None = None,
         debounce_key: str | None = None,
         debounce_max: Duration | None = None,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Out]: ...
 
     @overload
@@ -71,6 +73,7 @@ class Workflow(Definition[In, Out]):
         debounce: Duration | None = None,
         debounce_key: str | None = None,
         debounce_max: Duration | None = None,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Out]: ...
 
     async def start(
@@ -86,6 +89,7 @@ class Workflow(Definition[In, Out]):
         debounce: Duration | None = None,
         debounce_key: str | None = None,
         debounce_max: Duration | None = None,
+        attributes: Attributes | None = None,
     ) -> RunHandle[Out]:
         """Start a run (or return the run this idempotency key already started).
 
@@ -99,14 +103,8 @@ class Workflow(Definition[In, Out]):
                 written in its transaction (roll back and nothing was started).
             concurrency_key: the workflow's queue runs at most `per_key` runs sharing it.
             priority: the queue (declared with `priority=True`) claims larger first.
-            debounce: wait this long for a later start with the same `debounce_key`
-                (SPEC §4.23): a start inside the window returns the window's pending run,
-                its input and options replaced by this start's, and its start pushed back
-                to `debounce` from now (`handle.joined` is then True). Once a worker has
-                claimed the run, the next start opens a new window.
-            debounce_key: the window's key, per workflow name (needed with `debounce`).
-            debounce_max: the run starts at most this long after the first start of its
-                window, however many follow (at least `debounce`; default: no cap).
+            debounce=debounce, debounce_key=debounce_key, debounce_max=debounce_max,
+            attributes=attributes,
 
         Raises:
             InvalidInput: the input does not fit, or the debounce options do not make a
@@ -114,10 +112,11 @@ class Workflow(Definition[In, Out]):
                 nothing was written.
         """
         new = self.new_run(
-            input, max_payload=self.app.max_payload, now=self._now(),
+            input, max_payload=self.app.max_payload, codec=self.app.codec, now=self._now(),
             idempotency_key=idempotency_key, available_at=available_at,
             deadline_at=deadline_at, concurrency_key=concurrency_key, priority=priority,
             debounce=debounce, debounce_key=debounce_key, debounce_max=debounce_max,
+            attributes=attributes,
         )  # fmt: skip
         run, created = await self.app.create_run(new, connection)
         joined = new.debounce is not None and not created

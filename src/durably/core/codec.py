@@ -13,12 +13,16 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 from pydantic import TypeAdapter, ValidationError
 
 from .errors import InvalidInput, PayloadTooLarge
+from .sealing import MARKER, looks_sealed, seal
+
+if TYPE_CHECKING:
+    from .sealing import Codec
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 # Python's JSON reader refuses an int of more digits (int's default max_str_digits): a row
@@ -31,13 +35,17 @@ _BARE = re.compile(rb"(?:^|[\[:,])-?(?:NaN|Infinity|[0-9]{%d})" % (INT_DIGITS + 
 DEFAULT_MAX_HISTORY = 256 * 1024 * 1024
 
 
-def encode(value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
-    """JSON text of `value`; InvalidInput naming `what` if JSON cannot hold it."""
+def encode(
+    value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD, codec: Codec | None = None
+) -> str:
+    """JSON text of `value` as stored (sealed by `codec`, if any: see `sealing`);
+    InvalidInput naming `what` if JSON cannot hold it, PayloadTooLarge if what is stored
+    is over `limit`."""
     try:
         data = pydantic_core.to_json(value)
     except pydantic_core.PydanticSerializationError as exc:
         raise InvalidInput(f"{what} is not JSON-serializable: {exc}") from None
-    if len(data) > limit:
+    if codec is None and len(data) > limit:
         raise PayloadTooLarge(
             f"{what} is {len(data)} bytes of JSON, over the limit of {limit} "
             "(Durably(max_payload_bytes=...) sets it)"
@@ -47,12 +55,27 @@ def encode(value: Any, what: str, limit: int = DEFAULT_MAX_PAYLOAD) -> str:
     # only there keeps "NaN" or digits inside a string (base64, prose) off the slow path.
     if _BARE.search(data) or b"\\u0000" in data:
         _refuse_unholdable(data, what)
-    return data.decode()
+    if looks_sealed(data):
+        raise InvalidInput(f"{what} holds a string of the form {MARKER!r}TAG:TOKEN, "
+                           "which durably keeps for encrypted values")  # fmt: skip
+    if codec is None:
+        return data.decode()
+    stored = seal(data.decode(), codec)
+    if len(stored) > limit:
+        raise PayloadTooLarge(
+            f"{what} is {len(stored)} bytes as stored, encrypted ({len(data)} bytes of "
+            f"JSON), over the limit of {limit} (Durably(max_payload_bytes=...) sets it; "
+            "the limit applies to what is stored)"
+        )
+    return stored
 
 
 def decode(text: str | None) -> Any:
-    """The value of stored JSON text (None stays None)."""
-    return None if text is None else json.loads(text)
+    """The value of JSON text (None stays None): text read from the store is opened there
+    (see `store.sealed`); text just sealed here carries its plain form."""
+    if text is None:
+        return None
+    return json.loads(getattr(text, "plain", text))
 
 
 def parse(text: str, what: str) -> Any:

@@ -40,7 +40,7 @@ STREAM_VALUES = 10  # the latest values a run page shows of each of its streams
 HEADERS = {"X-Frame-Options": "DENY",
            "Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'"}  # fmt: skip
 RUN_ID = re.compile(r"[0-9A-Za-z_-]+")
-_FILTERS = ("status", "workflow", "since", "queue", "key")
+_FILTERS = ("status", "workflow", "since", "queue", "key", "attr")
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -149,7 +149,7 @@ class Pages:
         runs = await self.app.list_runs(
             status=filters.get("status"), workflow=filters.get("workflow"), limit=PAGE,
             offset=listing.offset, created_after=since, queue=filters.get("queue"),
-            idempotency_key=filters.get("key"),
+            idempotency_key=filters.get("key"), attributes=views.attributes_filter(filters),
         )  # fmt: skip
         around = views.pages_around(filters, listing.offset, len(runs), PAGE)
         queues = await self.app.queue_counts()

@@ -5,12 +5,13 @@ templates turn these into HTML; the filters below are theirs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from ..core.attributes import parse_attributes
 from ..store.models import Run, StepAttempt
 
 
@@ -115,3 +116,12 @@ FILTERS: dict[str, Callable[..., str]] = {
     "rate": rate,
     "query": urlencode,
 }
+
+
+def attributes_filter(filters: Mapping[str, str]) -> dict[str, Any] | None:
+    """The runs list's search-attribute filter (SPEC §4.24): `KEY=VALUE`, several
+    separated by `;` (`customer=c-1; amount=30`), each as `durably runs --attr` reads it."""
+    text = filters.get("attr")
+    if not text:
+        return None
+    return parse_attributes([part.strip() for part in text.split(";") if part.strip()])

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..core.codec import encode
 from ..core.errors import DurablyError, PayloadTooLarge, StepLimitExceeded
+from ..core.sealing import Codec
 from ..store.history import History
 
 
@@ -25,6 +26,7 @@ class Budget:
         max_step_attempts: int,
         max_history_bytes: int,
         poison: Callable[[BaseException], None],
+        codec: Codec | None = None,
     ) -> None:
         self._run_id = run_id
         self._history = history  # its attempts, counted in all the run's claims
@@ -35,11 +37,12 @@ class Budget:
         self._max_step_attempts = max_step_attempts
         self._max_history_bytes = max_history_bytes
         self._poison = poison
+        self._codec = codec
 
     def encode(self, value: Any, what: str, history: bool = True) -> str:
         """`value` as JSON to record (counted in the run's history, unless `history` is
         False)."""
-        text = encode(value, what, self._max_payload)
+        text = encode(value, what, self._max_payload, self._codec)
         if history:
             self._history_bytes += len(text)
         return text

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from ..core.clock import Clock
 from ..core.errors import DatabaseUnavailable, LeaseLostError
+from ..core.sealing import Codec
 from ..store.history import History
 from ..store.records import Lease
 from ..store.store import Store
@@ -31,6 +32,7 @@ class Claimed(Protocol):
     heartbeat: Callable[[], Coroutine[Any, Any, None]]  # renews the lease now
     log: RunLog  # the run's log: outcomes take the next `seq`, reach the workflow in order
     max_payload: int
+    codec: Codec | None  # payloads at rest are sealed with it (SPEC §4.24)
     undos: Undos  # which completed steps are undone, each once
 
     @property

@@ -258,7 +258,7 @@ class Ending:
                 x.lease, status, output_json, error, children, records
             )
         else:
-            end = RunEnd(x.lease, status, output_json, error, records)
+            end = RunEnd(x.lease, status, output_json, error, records, x.codec)
             ended = await self._recorder.finish(end) or await x.store.ends.end_refused(x.lease)
         if ended:
             return

@@ -34,6 +34,7 @@ from ..core.clock import Clock
 from ..core.codec import DEFAULT_MAX_HISTORY, decode
 from ..core.errors import (
     BaseFailure,
+    ConfigurationError,
     DatabaseUnavailable,
     DeadlineExceeded,
     LeaseLostError,
@@ -41,10 +42,12 @@ from ..core.errors import (
     WorkflowMisuseError,
     describe,
 )
+from ..core.sealing import as_stored
 from ..store.confirm import ClaimConfirmation
 from ..store.history import History
 from ..store.recorder import StepRecorder
 from ..store.records import Lease, PendingStep
+from ..store.sealed import SEALED
 from ..store.store import Store
 from ..workflow.commands import (
     Command,
@@ -103,6 +106,7 @@ class Execution:
         self.clock = clock
         self.threads = threads
         self.max_payload = max_payload
+        self.codec = store.codec  # payloads at rest are sealed with it (SPEC §4.24)
         self.heartbeat = heartbeat
         self._db_now: datetime = row["db_now"]
         self.lease_s = (row["lease_expires_at"] - self._db_now).total_seconds()  # as claimed
@@ -127,8 +131,8 @@ class Execution:
         self._changed = asyncio.Event()  # the drive looks again
         self.log = RunLog(self.history.max_seq, self.lease, store, recorder, self, self._changed)
         self.budget = Budget(
-            self.run_id, self.history, len(row["history"] or ""), max_payload,
-            max_step_attempts, max_history_bytes, self.poison,
+            self.run_id, self.history, len(as_stored(row["history"] or "")), max_payload,
+            max_step_attempts, max_history_bytes, self.poison, self.codec,
         )  # fmt: skip
         self.undos = Undos(self.history)
         self.tasks = CommandTasks(
@@ -444,6 +448,14 @@ class Execution:
 
     async def _call_workflow(self) -> Any:
         wf = self.workflow
+        if self.row.get(SEALED):  # a key this worker lacks: held until it has it
+            error = ConfigurationError(
+                f"run {self.run_id} holds values encrypted with a key this worker lacks "
+                f"(in {', '.join(self.row[SEALED])}): give it the app's keys "
+                "(DURABLY_CODEC_KEYS, or Durably(codec=...))"
+            )
+            self.mismatched(error)
+            raise error
         try:
             value = wf.parse_input(decode(self.row["input"])) if wf.takes_input else None
         except Exception as exc:  # InvalidInput, or a validator's own error

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..workflow.commands import Command
+from .attributes import run_set_attributes
 from .claimed import Claimed
 from .compensations import run_compensate_now
 from .events import run_set_event
@@ -26,6 +27,7 @@ LIFECYCLES: dict[str, Lifecycle] = {
     "signal-wait": run_signal_wait,
     "signal-send": run_send_signal,
     "event": run_set_event,
+    "attributes": run_set_attributes,
     "stream": run_stream,
     "child": run_child,
     "patch": record_marker,

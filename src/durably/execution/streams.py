@@ -46,7 +46,7 @@ def body_writer(x: Claimed) -> Callable[[str, Any], Coroutine[Any, Any, int]]:
     lock = asyncio.Lock()
 
     def write(key: str, value: Any) -> Coroutine[Any, Any, int]:
-        value_json = encode(value, f"the value written to stream {key!r}", x.max_payload)
+        value_json = encode(value, f"the value written to stream {key!r}", x.max_payload, x.codec)
 
         async def written() -> int:
             async with lock:

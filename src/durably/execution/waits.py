@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from datetime import datetime
 from typing import Any
 
-from ..core.codec import canonical, decode
+from ..core.codec import canonical, decode, encode
 from ..core.errors import InvalidInput, RunNotFound, RunTerminalError, StepFailedError, describe
 from ..store.continues import follow
 from ..store.operations import RESUMABLE, Operations
@@ -52,6 +51,9 @@ async def run_sleep(x: Claimed, cmd: Command, spec: Sleep) -> None:
     await _resolve_wait(x, cmd, attempt, None)
 
 
+UNLIMITED = 1 << 62  # a value already within the limits when it was stored
+
+
 async def run_signal_wait(x: Claimed, cmd: Command, spec: SignalWait) -> None:
     signal, rec = spec.signal, cmd.recorded
     if rec is not None and rec.waiting:
@@ -66,7 +68,7 @@ async def run_signal_wait(x: Claimed, cmd: Command, spec: SignalWait) -> None:
             # and with the run's end when that comes first), not in a transaction of its own.
             await x.log.settle(cmd, PendingStep(
                 cmd.position, rec.attempt, cmd.name, cmd.kind, "completed",
-                output_json=json.dumps(data, ensure_ascii=False),  # valid, and within limits
+                output_json=encode(data, "a signal's data", UNLIMITED, x.codec),  # it was sent
             ), value=data)  # fmt: skip
         elif rec.wake_at is not None and rec.wake_at <= x.now():
             await _resolve_wait(x, cmd, rec.attempt, signal)
@@ -154,7 +156,7 @@ async def run_child(x: Claimed, cmd: Command, spec: Child) -> None:
     attempt = x.new_attempt(cmd.position)
     try:
         new = spec.workflow.new_run(
-            spec.input, max_payload=x.max_payload, parent_run_id=x.run_id,
+            spec.input, max_payload=x.max_payload, codec=x.codec, parent_run_id=x.run_id,
             parent_close=spec.on_parent_close,
             run_id=earlier or child_run_id(x.run_id, cmd.position),
         )  # fmt: skip

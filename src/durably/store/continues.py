@@ -75,7 +75,9 @@ class RunContinues:
             # Ended as `RunEnds.finish_run` ends a run with children: the tree locked
             # first, in id order, then the fenced end; nothing else is written unless it is.
             await tx.fetch("lock_tree", run_id=lease.run_id)
-            batch = "[" + ",".join(r.batch_entry(lease) for r in records or []) + "]"
+            batch = (
+                "[" + ",".join(r.batch_entry(lease, self.ends.codec) for r in records or []) + "]"
+            )
             rows = await tx.fetch(
                 "finish_run", **lease.params(), status="continued", output=output, error=None,
                 channel=self.channel, token=uuid.uuid4().hex, batch=batch,

@@ -11,6 +11,7 @@ from typing import Any
 from ..backends import Connector, Row
 from ..core.codec import encode
 from ..core.errors import LeaseLostError
+from ..core.sealing import Codec
 from .history import Recorded, cut_signal_waits
 from .records import Lease, PendingStep, RunEnd
 
@@ -19,14 +20,17 @@ class RunEnds:
     """The ends of runs, over the connector (`channel`: the NOTIFY channel of the ends and
     cancels it writes)."""
 
-    def __init__(self, connector: Connector, channel: str) -> None:
+    def __init__(self, connector: Connector, channel: str, codec: Codec | None = None) -> None:
         self.db = connector
         self.channel = channel
+        self.codec = codec  # the app's: errors are sealed with it
 
     async def finish_many(self, worker_id: str, ends: list[RunEnd]) -> set[str]:
         """End several runs (none with children) in one statement, each as `finish_run`
         ends one; the ids of the runs ended. Any other was refused: see `end_refused`."""
-        batch = ",".join(r.batch_entry(end.lease) for end in ends for r in end.records or [])
+        batch = ",".join(
+            r.batch_entry(end.lease, self.codec) for end in ends for r in end.records or []
+        )
         rows = await self.db.fetch(
             "finish_many", worker_id=worker_id, channel=self.channel, token=uuid.uuid4().hex,
             ends="[" + ",".join(end.entry for end in ends) + "]", batch=f"[{batch}]",
@@ -60,10 +64,11 @@ class RunEnds:
         `children`, in the same transaction cancel the children it leaves behind (unless
         started to be abandoned). False: the run was canceled meanwhile and is still ours
         (the caller compensates and ends it canceled)."""
-        batch = "[" + ",".join(r.batch_entry(lease) for r in records or []) + "]"
+        batch = "[" + ",".join(r.batch_entry(lease, self.codec) for r in records or []) + "]"
         params = dict(
             lease.params(), status=status, output=output_json, channel=self.channel,
-            error=encode(error, "error") if error else None, token=uuid.uuid4().hex,
+            error=encode(error, "error", codec=self.codec) if error else None,
+            token=uuid.uuid4().hex,
             batch=batch,
         )  # fmt: skip
         canceled: list[Row] = []
@@ -125,7 +130,10 @@ class RunEnds:
                     "give_back_signal", **lease.params(), position=wait.position, seq=wait.seq
                 )
             rows = await tx.fetch(
-                "retry_run", **lease.params(), error=encode(error, "error"), delay_s=delay_s
+                "retry_run",
+                **lease.params(),
+                error=encode(error, "error", codec=self.codec),
+                delay_s=delay_s,
             )
             if not rows:  # nothing of this transaction is committed
                 raise LeaseLostError(f"lost the lease on run {lease.run_id}")

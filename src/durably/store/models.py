@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 from ..backends import Row
 from ..core.codec import decode
+from ..core.sealing import ENCRYPTED
 
 # The signal names requests are sent as (`store.requests`): `durably:request:<name>`.
 REQUEST_PREFIX = "durably:request:"
@@ -62,6 +63,8 @@ class Run:
     resumes: tuple[int, ...] = ()  # the workflow attempts that began by `app.resume`
     continued_from: str | None = None  # the run this one continues as new (§4.23)
     debounce_key: str | None = None  # the key of the debounce window it was started in
+    # Search attributes (§4.24): given at start, merged by `ctx.step.set_attributes`.
+    attributes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def continued_as(self) -> str | None:
@@ -86,7 +89,7 @@ class Run:
         return cls(
             run_id=row["id"], workflow=row["workflow"], version=row["version"],
             status=row["status"], attempts=row["attempts"], input=decode(row["input"]),
-            output=decode(row["output"]), error=decode(row["error"]), fence=row["fence"],
+            output=decode(row["output"]), error=_error(row["error"]), fence=row["fence"],
             worker_id=row["worker_id"], available_at=row["available_at"],
             created_at=row["created_at"], started_at=row["started_at"],
             finished_at=row["finished_at"], idempotency_key=row["idempotency_key"],
@@ -97,15 +100,18 @@ class Run:
             queue=row.get("queue"), concurrency_key=row.get("concurrency_key"),
             priority=row.get("priority") or 0, resumes=tuple(decode(row.get("resumes")) or ()),
             continued_from=row.get("continued_from"), debounce_key=row.get("debounce_key"),
+            attributes=decode(row.get("attributes")) or {},
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The run as JSON-ready data (the CLI's `--json` run document); `continued_as`,
-        `continued_from` and `debounce_key` only where set (SPEC §5)."""
+        """The run as JSON-ready data (the CLI's `--json` run document); `attributes`,
+        `continued_as`, `continued_from` and `debounce_key` only where set (SPEC §5)."""
         out = _to_dict(self)
         for optional in ("continued_from", "debounce_key"):
             if out[optional] is None:
                 del out[optional]
+        if not self.attributes:
+            del out["attributes"]
         if self.continued_as is not None:
             out["continued_as"] = self.continued_as
         return out
@@ -148,7 +154,7 @@ class StepAttempt:
             step=row["step"], kind=kind, status=row["status"], attempt=row["attempt"],
             position=row["position"], worker_id=row["worker_id"],
             started_at=row["started_at"], finished_at=row["finished_at"],
-            output=decode(row["output"]), error=decode(row["error"]), fence=row["fence"],
+            output=decode(row["output"]), error=_error(row["error"]), fence=row["fence"],
             signal=row["signal"], child_run_id=row["child_run_id"], wake_at=row["wake_at"],
             seq=row.get("seq"), final=bool(row.get("final")),
             compensable=bool(row.get("compensable")),
@@ -159,3 +165,12 @@ class StepAttempt:
     def to_dict(self) -> dict[str, Any]:
         """The attempt as JSON-ready data (the CLI's `--json` step document)."""
         return _to_dict(self)
+
+
+def _error(text: str | None) -> dict[str, Any] | None:
+    """A stored error; one that could not be opened (`"<encrypted>"`) keeps an error's
+    shape, so whatever shows it shows that."""
+    error = decode(text)
+    if error is None or isinstance(error, dict):
+        return error
+    return {"type": ENCRYPTED, "message": ENCRYPTED}

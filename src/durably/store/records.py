@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.codec import encode
+from ..core.sealing import as_stored
+
+if TYPE_CHECKING:
+    from ..core.sealing import Codec
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,11 @@ class NewRun:
     concurrency_key: str | None = None
     priority: int = 0
     debounce: Debounce | None = None
+    # The queue's `per_key` and `on_full` as the starting code declares them: a start
+    # other than "wait" is admitted on its key in its own transaction (`store.admission`).
+    per_key: int | None = None
+    on_full: str = "wait"
+    attributes_json: str | None = None  # search attributes (`core.attributes`), or None
 
 
 @dataclass
@@ -94,27 +103,29 @@ class PendingStep:
     signal: str | None = None
     signal_expires_at: datetime | None = None
 
-    def params(self) -> dict[str, Any]:
+    def params(self, codec: Codec | None = None) -> dict[str, Any]:
         return {
             "position": self.position, "attempt": self.attempt, "step": self.name,
             "kind": self.kind, "status": self.status, "output": self.output_json,
-            "error": encode(self.error, "error") if self.error else None,
+            "error": encode(self.error, "error", codec=codec) if self.error else None,
             "final": self.final, "compensable": self.compensable,
             "elapsed_s": self.elapsed_s, "seq": self.seq, "wake_at": self.wake_at,
             "signal": self.signal, "signal_expires_at": self.signal_expires_at,
         }  # fmt: skip
 
-    def batch_entry(self, lease: Lease) -> str:
+    def batch_entry(self, lease: Lease, codec: Codec | None = None) -> str:
         head = json.dumps({
             "run_id": lease.run_id, "fence": lease.fence, "position": self.position,
             "attempt": self.attempt, "step": self.name, "kind": self.kind,
             "status": self.status, "final": self.final, "compensable": self.compensable,
-            "error": self.error, "elapsed_s": self.elapsed_s,
+            "elapsed_s": self.elapsed_s,
             "workflow_attempt": lease.workflow_attempt, "seq": self.seq,
             "wake_s": self.wake_at.timestamp() if self.wake_at else None,
         })  # fmt: skip
-        # The output is JSON text already: spliced in, not parsed and dumped again.
-        return f'{head[:-1]}, "output": {self.output_json or "null"}}}'
+        error = encode(self.error, "error", codec=codec) if self.error else "null"
+        # The output and error are JSON text already: spliced in, not parsed and dumped again.
+        output = as_stored(self.output_json or "null")
+        return f'{head[:-1]}, "error": {error}, "output": {output}}}'
 
 
 @dataclass
@@ -130,10 +141,11 @@ class RunEnd:
     output_json: str | None = None
     error: dict[str, Any] | None = None
     records: list[PendingStep] | None = None
+    codec: Codec | None = None  # the app's: its error is sealed with it
 
     def __post_init__(self) -> None:
         self.entry = json.dumps({
             "run_id": self.lease.run_id, "fence": self.lease.fence, "status": self.status,
-            "output": self.output_json,
-            "error": encode(self.error, "error") if self.error else None,
+            "output": as_stored(self.output_json) if self.output_json else None,
+            "error": encode(self.error, "error", codec=self.codec) if self.error else None,
         })  # fmt: skip

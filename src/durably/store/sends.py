@@ -172,7 +172,7 @@ class Sends:
             rows = await tx.fetch(
                 "resolve_wait", **lease.params(), position=position, attempt=attempt,
                 status=status, output=output_json, seq=seq,
-                error=encode(error, "error") if error else None,
+                error=encode(error, "error", codec=self.steps.codec) if error else None,
             )  # fmt: skip
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id}")

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..backends import Connector, Row, Tx
 from ..core.errors import DatabaseUnavailable, LeaseLostError, user_failure
+from ..core.sealing import Codec
 from .records import Lease, PendingStep
 
 
@@ -29,8 +30,9 @@ class _BodyFailed(Exception):
 class StepRecords:
     """The step attempts of runs, over the connector."""
 
-    def __init__(self, connector: Connector) -> None:
+    def __init__(self, connector: Connector, codec: Codec | None = None) -> None:
         self.db = connector
+        self.codec = codec  # the app's: errors are sealed with it
 
     async def record_start(
         self,
@@ -59,7 +61,7 @@ class StepRecords:
     async def record_finish(self, lease: Lease, step: PendingStep, tx: Tx) -> None:
         """Record an attempt's end in `tx`; LeaseLostError (nothing written) without a live
         lease, or if the attempt was already recorded completed."""
-        rows = await tx.fetch("record_finish", **lease.params(), **step.params())
+        rows = await tx.fetch("record_finish", **lease.params(), **step.params(self.codec))
         if not rows:
             raise LeaseLostError(
                 f"lost the lease on run {lease.run_id}; the result of step {step.name!r} was "
@@ -72,7 +74,7 @@ class StepRecords:
         """Record step attempts of several runs in one statement, each under its own
         lease; the (run, position, attempt) keys that were written, with their run's
         status (a canceled run's worker may have missed the news)."""
-        batch = "[" + ",".join(step.batch_entry(lease) for lease, step in items) + "]"
+        batch = "[" + ",".join(step.batch_entry(lease, self.codec) for lease, step in items) + "]"
         rows = await self.db.fetch("record_many", worker_id=worker_id, batch=batch)
         return {(r["run_id"], r["position"], r["attempt"]): r["run_status"] for r in rows}
 

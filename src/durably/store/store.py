@@ -5,6 +5,7 @@ What else is written about a run is the concern of a collaborator the store hold
 over the same connector: `steps` (its step records), `sends` (signals sent and taken),
 `givebacks` (a signal a wait held, handed back), `ends` (its end, or a retry's) and
 `debounces` (a debounced start, which joins its window's run or opens one).
+`attributes` (its search attributes, merged by its code).
 
 Everything that writes on behalf of a worker is fenced: it carries a `Lease` and commits
 only while that lease is live (see the header of each `queries.sql`). Everything that
@@ -20,9 +21,12 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from ..backends import Connector, Row, Tx
+from ..backends import Connector, Row, Sent, Tx
 from ..core.codec import canonical, decode, encode
 from ..core.errors import IdempotencyConflictError, LeaseLostError, RunNotFound, RunTerminalError
+from ..core.sealing import Codec
+from .admission import Admission, admits
+from .attributes import RunAttributes
 from .continues import RunContinues
 from .debounces import Debounces
 from .ends import RunEnds
@@ -30,6 +34,7 @@ from .giveback import GiveBacks
 from .models import TERMINAL, Run, StepAttempt
 from .records import Lease, NewRun
 from .requests import Requests
+from .sealed import SealedConnector
 from .sends import Sends
 from .steps import StepRecords
 
@@ -38,23 +43,30 @@ class Store:
     """durably's tables, as operations on runs; the rest of what is written about a run is
     its collaborators' (`steps`, `sends`, `givebacks`, `ends`)."""
 
-    def __init__(self, connector: Connector, namespace: str) -> None:
-        self.db = connector
+    def __init__(self, connector: Connector, namespace: str, codec: Codec | None = None) -> None:
+        # Payloads at rest: sealed with `codec` where they are encoded, opened here, as
+        # every row is read (see `sealed`).
+        self.codec = codec
+        self.db = connector = SealedConnector(connector, codec)
         self.namespace = namespace
         self.channel = f"durably_{connector.schema}"
-        self.steps = StepRecords(connector)
+        self.steps = StepRecords(connector, codec)
         self.sends = Sends(connector, namespace, self.channel, self.steps)
         self.givebacks = GiveBacks(connector, self.sends)
         self.requests = Requests(connector, self.channel, self.sends)
-        self.ends = RunEnds(connector, self.channel)
+        self.ends = RunEnds(connector, self.channel, codec)
         self.continues = RunContinues(connector, self.channel, self.ends)
         self.debounces = Debounces(connector)
+        self.admission = Admission(self.channel)
+        self.attributes = RunAttributes(connector)
 
     # ----------------------------------------------------------------- client side
 
     async def create_run(self, new: NewRun, external: Any = None) -> tuple[Run, bool]:
         """Insert a run, or return the one its idempotency key already names (or the
-        pending run of its debounce window, updated: see `debounces`)."""
+        pending run of its debounce window, updated: see `debounces`). A debounced start
+        joins or opens its window without a per-key admission: its run waits for a slot
+        when claimed, as any queued run does."""
         if new.debounce is not None:
             run, created = await self.debounces.start(
                 self._insert_params(new), new.debounce, external
@@ -62,6 +74,8 @@ class Store:
             if created:
                 self.db.notify_local("run")
             return run, created
+        if admits(new):  # a transaction of its own: the start is admitted on its key
+            return await self._create_admitted(new, external)
         rows = (
             []
             if external is not None
@@ -76,10 +90,43 @@ class Store:
             self.db.notify_local("run")
         return run, created
 
-    async def insert_run(self, tx: Tx, new: NewRun) -> tuple[Run, bool]:
-        rows = await tx.fetch("insert_run", **self._insert_params(new))
-        if rows:
-            return Run.from_row(rows[0]), True
+    async def _create_admitted(self, new: NewRun, external: Any) -> tuple[Run, bool]:
+        # An admission may cancel other runs' trees, in an order a run's end may cross:
+        # aborted, the start is run again (in the caller's transaction, it is theirs).
+        async def attempt() -> tuple[Run, bool, list[Sent]]:
+            canceled: list[Sent] = []
+            async with self.db.transaction(external) as tx:
+                run, created = await self.insert_run(tx, new, canceled)
+            return run, created, canceled
+
+        if external is not None:
+            run, created, canceled = await attempt()
+        else:
+            run, created, canceled = await self.db.retrying(attempt, "start")
+        for sent in canceled:
+            for row in await sent.rows():
+                self.db.notify_local(f"cancel:{row['id']}")
+        if created:
+            self.db.notify_local("run")
+        return run, created
+
+    async def insert_run(
+        self, tx: Tx, new: NewRun, canceled: list[Sent] | None = None
+    ) -> tuple[Run, bool]:
+        """Insert a run in `tx` (admitted on its key, see `admission`; the cancels that
+        sends are added to `canceled`), or return the one its key already names."""
+        params = self._insert_params(new)
+        if admits(new):
+            rows, others = await self.admission.insert(tx, new, params)
+            if rows:
+                run, gone = await self.admission.admit(tx, Run.from_row(rows[0]), new, others)
+                if canceled is not None:
+                    canceled.extend(gone)
+                return run, True
+        else:
+            rows = await tx.fetch("insert_run", **params)
+            if rows:
+                return Run.from_row(rows[0]), True
         if new.idempotency_key is None:
             # Only a fixed child id can collide: the child was started before.
             existing = await tx.fetch("get_run", run_id=new.run_id)
@@ -114,6 +161,7 @@ class Store:
             parent_run_id=new.parent_run_id, trace_context=new.trace_context,
             parent_close=new.parent_close, queue=new.queue,
             concurrency_key=new.concurrency_key, priority=new.priority, channel=self.channel,
+            attributes=new.attributes_json,
         )  # fmt: skip
 
     async def get_run(self, run_id: str) -> Run:
@@ -133,12 +181,19 @@ class Store:
         queue: str | None = None,
         idempotency_key: str | None = None,
         namespace: str | None = None,
+        attributes_json: str | None = None,
     ) -> list[Run]:
-        """Runs, newest first, of every namespace unless `namespace` is given."""
+        """Runs, newest first, of every namespace unless `namespace` is given; with
+        `attributes_json` (a JSON object, `core.attributes`), those whose search attributes
+        hold each of its keys with an equal value."""
+        # SQLite reads matching runs from its attribute table (a query of their own);
+        # PostgreSQL's list_runs is planned with the filter, for its GIN index.
+        by_table = attributes_json is not None and self.db.dialect == "sqlite"
+        query = "list_runs_by_attributes" if by_table else "list_runs"
         rows = await self.db.fetch(
-            "list_runs", status=status, workflow=workflow, limit=limit, due_before=due_before,
+            query, status=status, workflow=workflow, limit=limit, due_before=due_before,
             offset=offset, created_after=created_after, queue=queue,
-            idempotency_key=idempotency_key, namespace=namespace,
+            idempotency_key=idempotency_key, namespace=namespace, attributes=attributes_json,
         )  # fmt: skip
         return [Run.from_row(r) for r in rows]
 
@@ -296,7 +351,8 @@ class Store:
         awaits: the end of another is read by the claim that awaits it)."""
         rows = await self.db.fetch(
             "park", **lease.params(), status=status, wake_at=wake_at, waiting_for=waiting_for,
-            parked_on=list(children), error=encode(error, "error") if error else None,
+            parked_on=list(children),
+            error=encode(error, "error", codec=self.codec) if error else None,
         )  # fmt: skip
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} while parking it")
@@ -306,7 +362,10 @@ class Store:
         """Let go of a run whose replay did not match its history (SPEC §4.2): `held`
         with `error`, claimable again in `delay_s` (a canceled run stays canceled)."""
         rows = await self.db.fetch(
-            "hold_run", **lease.params(), error=encode(error, "error"), delay_s=delay_s
+            "hold_run",
+            **lease.params(),
+            error=encode(error, "error", codec=self.codec),
+            delay_s=delay_s,
         )
         if not rows:
             raise LeaseLostError(f"lost the lease on run {lease.run_id} while holding it")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.codec import canonical, encode
 from ..core.errors import NonDeterminismError
+from ..core.sealing import Codec
 from ..execution.loop import WorkflowLoop
 from ..store.history import History, Recorded
 from ..workflow.commands import Command, error_for, never_awaited, recorded_value, typed
@@ -117,6 +118,7 @@ class _Replayer:
     """A `Runtime` (what `StepApi` needs of a run), as the engine's `Execution` is one."""
 
     max_payload = 1 << 62
+    codec: Codec | None = None  # a replay writes nothing
 
     def __init__(self, run_id: str, history: History) -> None:
         self.run_id = run_id

@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..client import documents
 from ..client.durably import Durably
+from ..core.attributes import matches, parse_attributes
 from ..core.codec import parse
 from ..core.durations import parse_duration
 from ..core.errors import RequestRejected, RunNotFound, WorkflowTimeoutError
@@ -29,7 +30,8 @@ _START = ("workflow", "input", "version", "idempotency_key", "available_at", "de
           "debounce_max")  # fmt: skip
 _SIGNAL = ("name", "data", "idempotency_key", "run", "expires")
 _REQUEST = ("name", "data", "timeout", "idempotency_key")
-_RUNS = ("status", "workflow", "queue", "key", "stuck", "limit", "offset")
+_RUNS = ("status", "workflow", "queue", "key", "stuck", "limit", "offset", "attr")
+_REPEATABLE = ("attr",)  # `?attr=customer=c-1&attr=amount=30`: all must match
 
 
 class Api:
@@ -58,8 +60,10 @@ class Api:
     # ------------------------------------------------------------------ runs
 
     async def list_runs(self, request: Request) -> Response:
-        """`durably runs`: newest first; `?status=&workflow=&queue=&key=&stuck&limit=`."""
+        """`durably runs`: newest first; `?status=&workflow=&queue=&key=&stuck&limit=` and
+        `attr=KEY=VALUE`, repeatable (as `durably runs --attr`)."""
         query = _query(request, _RUNS)
+        attributes = parse_attributes(request.query_params.getlist("attr"))
         status = query.get("status")
         if status is not None and status not in STATUSES:
             raise BadRequest(f"status must be one of {', '.join(STATUSES)}")
@@ -71,11 +75,12 @@ class Api:
                 raise BadRequest("offset does not apply to stuck runs (the stuck are few)")
             found = [r for r in await self.durably.list_stuck(limit)
                      if status in (None, r.status) and workflow in (None, r.workflow)
-                     and queue in (None, r.queue) and key in (None, r.idempotency_key)]  # fmt: skip
+                     and queue in (None, r.queue) and key in (None, r.idempotency_key)
+                     and matches(r.attributes, attributes or {})]  # fmt: skip
         else:
             found = await self.durably.list_runs(
                 status=status, workflow=workflow, limit=limit, offset=offset, queue=queue,
-                idempotency_key=key,
+                idempotency_key=key, attributes=attributes,
             )  # fmt: skip
         return Document(documents.runs(found))
 
@@ -85,9 +90,6 @@ class Api:
         run of the window a debounced start joined."""
         body = await self._body(request, _START, "a start")
         workflow = _name(body, "workflow")
-        if body.get("attributes") not in (None, {}):
-            raise BadRequest("attributes: this version of durably has no search attributes "
-                             "(SPEC §4.24) yet; start the run without them")  # fmt: skip
         priority = body.get("priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise BadRequest(f"priority must be a whole number, not {_shown(priority)}")
@@ -99,6 +101,7 @@ class Api:
             concurrency_key=_text(body, "concurrency_key"), priority=priority,
             debounce=_text(body, "debounce"), debounce_key=_text(body, "debounce_key"),
             debounce_max=_text(body, "debounce_max"),
+            attributes=body.get("attributes"),
         )  # fmt: skip
         run = handle.run or await handle.get()
         if existed or handle.joined:
@@ -277,7 +280,7 @@ def _query(request: Request, names: tuple[str, ...]) -> dict[str, str]:
     if unknown:
         raise BadRequest(f"no query parameter {', '.join(map(repr, unknown))} here: the "
                          f"parameters are {', '.join(names)}")  # fmt: skip
-    twice = sorted(k for k in set(params) if len(params.getlist(k)) > 1)
+    twice = sorted(k for k in set(params) - set(_REPEATABLE) if len(params.getlist(k)) > 1)
     if twice:
         raise BadRequest(f"query parameter {', '.join(map(repr, twice))} given more than once")
     return dict(params)

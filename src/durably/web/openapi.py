@@ -37,6 +37,14 @@ _NOT_FOUND = _error("no such run")
 _BAD = _error("bad input (nothing was written)")
 _TEXT = {"type": ["string", "null"]}
 _WHEN = {"type": ["string", "null"], "description": "ISO time, or +5s from now"}
+_ATTRIBUTES = {
+    "type": "object",
+    "maxProperties": 64,
+    "propertyNames": {"minLength": 1, "maxLength": 128},
+    "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
+    "description": "search attributes (SPEC §4.24): flat labels to find runs by; stored in "
+    "plain text, never encrypted. Only where the run has any.",
+}
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -54,6 +62,10 @@ _RUNS_QUERY = [
     _query("stuck", {"type": "boolean"}, "due runs nothing is taking, and held runs"),
     _query("limit", {"type": "integer", "minimum": 1, "default": 100}, "at most this many"),
     _query("offset", {"type": "integer", "minimum": 0, "default": 0}, "skip this many"),
+    {**_query("attr", {"type": "array", "items": {"type": "string"}},
+              "runs whose search attribute KEY equals VALUE, as KEY=VALUE (VALUE read as JSON "
+              "if it parses, else as text); repeatable, all must match"),
+     "style": "form", "explode": True},
 ]  # fmt: skip
 
 _PATHS: dict[str, Any] = {
@@ -162,6 +174,7 @@ _SCHEMAS: dict[str, Any] = {
             "parent_run_id": _TEXT, "queue": _TEXT, "priority": {"type": "integer"},
             "debounce_key": {"type": "string",
                              "description": "only on a run a debounced start made"},
+            "attributes": _ATTRIBUTES,
         },
     },
     "Started": {
@@ -176,8 +189,7 @@ _SCHEMAS: dict[str, Any] = {
             "workflow": {"type": "string"}, "input": {"description": "the workflow's input"},
             "version": _TEXT, "idempotency_key": _TEXT, "available_at": _WHEN,
             "deadline_at": _WHEN, "concurrency_key": _TEXT, "priority": {"type": "integer"},
-            "attributes": {"type": ["object", "null"],
-                           "description": "search attributes (SPEC §4.24): not yet"},
+            "attributes": {**_ATTRIBUTES, "type": ["object", "null"]},
             "debounce": {"type": ["string", "null"], "description": "a duration, e.g. 5s: "
                          "join the pending run of debounce_key's window (answered 200)"},
             "debounce_key": _TEXT,

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from ..backends import Connector
 from ..core.clock import Clock
+from ..core.sealing import Codec
 from ..store.models import Run
 from ..store.records import NewRun
 from ..store.store import Store
@@ -25,6 +26,7 @@ class Host(Protocol):
     store: Store
     connector: Connector
     max_payload: int
+    codec: Codec | None  # payloads at rest are sealed with it
     max_step_attempts: int
     max_history_bytes: int
     retention: timedelta | None

@@ -106,7 +106,8 @@ class Scheduler:
         try:
             new = wf.new_run(
                 {"scheduled_at": at} if wf.takes_input else None,
-                max_payload=self.app.max_payload, idempotency_key=tick_key(wf.name, tick),
+                max_payload=self.app.max_payload, codec=self.app.codec,
+                idempotency_key=tick_key(wf.name, tick),
             )  # fmt: skip
             run, _ = await self.app.create_run(new)
         except DatabaseUnavailable:

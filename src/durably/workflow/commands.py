@@ -1,8 +1,9 @@
 """Commands: what workflow code issues, as data. Each `ctx.step` call makes a `Command`
 of a kind ("function", "transaction", "sleep", "signal-wait", "signal-send", "event",
-"stream", "child", "patch", "compensate") with the spec of what to do (a `Body`, a `Sleep`, ...);
-the engine looks up the lifecycle of its kind (`execution.kinds`) and runs it on the
-worker's loop. The workflow awaits the command's future, which the engine resolves in log order.
+"attributes", "stream", "child", "patch", "compensate") with the spec of what to do (a
+`Body`, a `Sleep`, ...); the engine looks up the lifecycle of its kind (`execution.kinds`)
+and runs it on the worker's loop. The workflow awaits the command's future, which the
+engine resolves in log order.
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ NO_SIGNAL: Any = _NoSignal()
 
 def recorded_value(rec: Recorded) -> Any:
     """What a completed record hands back to the workflow on replay (before `typed`)."""
-    if rec.kind == "sleep":
+    if rec.kind in ("sleep", "attributes"):  # what was set is shown, not handed back
         return None
     if rec.kind == "signal-wait" and rec.output is None and not rec.delivered:
         return NO_SIGNAL
@@ -234,6 +235,13 @@ class SignalSend:
 @dataclass(frozen=True)
 class SetEvent:
     value_json: str
+
+
+@dataclass(frozen=True)
+class SetAttributes:
+    """`ctx.step.set_attributes`: merge `attributes_json` into the run's attributes."""
+
+    attributes_json: str
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from ..core.attributes import encode_attributes
 from ..core.codec import adapter, encode, validate
 from ..core.durations import Duration, parse_instant
 from ..core.errors import InvalidInput
 from ..core.retry import RetryPolicy
+from ..core.sealing import Codec
 from ..store.records import NewRun
 from .debounce import debounce_of
 from .queue import Queue, check_unqueued
@@ -59,6 +61,7 @@ class Definition(Generic[In, Out]):
         input: Any,
         *,
         max_payload: int,
+        codec: Codec | None = None,
         now: datetime | None = None,
         idempotency_key: str | None = None,
         available_at: datetime | str | None = None,
@@ -71,6 +74,7 @@ class Definition(Generic[In, Out]):
         debounce: Duration | None = None,
         debounce_key: str | None = None,
         debounce_max: Duration | None = None,
+        attributes: Mapping[str, Any] | None = None,
     ) -> NewRun:
         """Validate and encode a start request (nothing is written); "+5s" counts from `now`."""
         window = debounce_of(
@@ -87,10 +91,11 @@ class Definition(Generic[In, Out]):
             raise InvalidInput(f"workflow {self.name!r} takes no input")
         else:
             value = None
+        attributes_json = encode_attributes(attributes, f"attributes of workflow {self.name!r}")
         return NewRun(
             workflow=self.name,
             version=self.version,
-            input_json=encode(value, f"input of workflow {self.name!r}", max_payload),
+            input_json=encode(value, f"input of workflow {self.name!r}", max_payload, codec),
             max_attempts=self.retry.max_attempts,
             idempotency_key=idempotency_key,
             available_at=_instant(available_at, now),
@@ -102,6 +107,9 @@ class Definition(Generic[In, Out]):
             concurrency_key=concurrency_key,
             priority=priority,
             debounce=window,
+            per_key=self.queue.per_key if self.queue is not None else None,
+            on_full=self.queue.on_full if self.queue is not None else "wait",
+            attributes_json=attributes_json,
         )
 
 

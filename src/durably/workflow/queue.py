@@ -1,6 +1,6 @@
 """Queues as workflow code declares them: `app.queue(name, concurrency=, per_key=, rate=,
-priority=)` (SPEC §4.17). The claim side (SQL) is `store.queues`, the worker's claim
-policy `worker.claimer`.
+priority=, on_full=)` (SPEC §4.17, §4.23). The claim side (SQL) is `store.queues`, the
+start side of `on_full` `store.admission`, the worker's claim policy `worker.claimer`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from typing import Any
 from ..core.durations import parse_duration
 from ..core.errors import ConfigurationError, InvalidInput
 
+#: What a start does when its `concurrency_key` is full (SPEC §4.23): queue behind (the
+#: default), cancel the key's older runs so that the newest runs, or cancel itself.
+ON_FULL = ("wait", "cancel_running", "cancel_new")
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(.+?)\s*")
 
@@ -54,6 +57,10 @@ class Queue:
         per_key: at most this many running per `concurrency_key` (None: no cap).
         rate: `"N/DURATION"`, at most N first claims in any window (None: no cap).
         priority: claim the larger `priority` of `start(..., priority=)` first.
+        on_full: what a start whose key is full does (needs `per_key` unless "wait"):
+            "wait" queues it; "cancel_running" cancels the key's older runs (their
+            compensations run) so that the newest `per_key` run; "cancel_new" cancels
+            the newcomer at once (a singleton per key).
     """
 
     name: str
@@ -61,6 +68,7 @@ class Queue:
     per_key: int | None = None
     rate: str | None = None
     priority: bool = False
+    on_full: str = "wait"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -71,13 +79,24 @@ class Queue:
         _limit(self.name, self.per_key, "per_key")
         if self.rate is not None:
             parse_rate(self.rate)
+        if not isinstance(self.on_full, str) or self.on_full not in ON_FULL:
+            raise InvalidInput(
+                f"queue {self.name!r}: on_full must be one of {', '.join(ON_FULL)}, "
+                f"not {self.on_full!r}"
+            )
+        if self.on_full != "wait" and self.per_key is None:
+            raise InvalidInput(
+                f"queue {self.name!r}: on_full={self.on_full!r} acts on a full "
+                "concurrency_key: declare per_key too, e.g. app.queue(..., per_key=1)"
+            )
 
     def params(self, ttl_s: float) -> dict[str, Any]:
         """The queue's row, as `upsert_queue` takes it (declared for `ttl_s` seconds)."""
         count, period = parse_rate(self.rate) if self.rate is not None else (None, None)
         return {"name": self.name, "concurrency": self.concurrency, "per_key": self.per_key,
                 "rate_limit": count, "rate_period_s": period,
-                "priority": self.priority, "ttl": ttl_s}  # fmt: skip
+                "priority": self.priority, "on_full": self.on_full,
+                "ttl": ttl_s}  # fmt: skip
 
     def check_start(self, workflow: str, concurrency_key: str | None, priority: int) -> None:
         """Refuse start options this queue cannot honour (nothing is written)."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
+from ..core.sealing import Codec
 from ..store.history import History
 from .commands import Command
 
@@ -17,6 +18,7 @@ class Runtime(Protocol):
     """A run whose workflow code issues commands, one position after another."""
 
     max_payload: int
+    codec: Codec | None  # payloads at rest are sealed with it (SPEC §4.24)
     history: History  # what the run recorded before this pass
 
     @property

@@ -11,10 +11,11 @@ inside a step body fails it too. A child handle (`start_workflow`) may be left a
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, TypeVarTuple, overload
 
+from ..core.attributes import check_attributes
 from ..core.codec import adapter, encode
 from ..core.durations import Duration, seconds_of
 from ..core.errors import InvalidInput
@@ -26,6 +27,7 @@ from .commands import (
     Child,
     Command,
     Compensate,
+    SetAttributes,
     SetEvent,
     SignalSend,
     SignalWait,
@@ -324,7 +326,9 @@ class StepApi:
         """Send a signal once, as a recorded step; the §4.3 result. A buffered signal past
         `expires` is never delivered (as `Durably.send_signal`)."""
         check_signal_name(signal)
-        data_json = encode(data, f"the data of signal {signal!r}", self._x.max_payload)
+        data_json = encode(
+            data, f"the data of signal {signal!r}", self._x.max_payload, self._x.codec
+        )
         expires_s = _seconds(expires, f"the expiry of signal {signal!r}")
         spec = SignalSend(signal, data_json, idempotency_key, run_id, expires_s)
         return StepCall(self._issue(name or f"send:{signal}", "signal-send", spec))
@@ -372,6 +376,18 @@ class StepApi:
         """
         value_json = self._x.encode(value, f"the value of event {key!r}")
         return StepCall(self._issue(key, "event", SetEvent(value_json)))
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> StepCall[None]:
+        """Merge `attributes` into the run's search attributes (durable, once: a replay
+        sets nothing again); `app.list_runs(attributes=...)` finds the run by them. Each
+        key's latest value wins. Values are str, int, float or bool (InvalidInput, before
+        anything is issued, for others); never encrypted.
+        """
+        checked = check_attributes(attributes, "ctx.step.set_attributes")
+        if not checked:
+            raise InvalidInput("ctx.step.set_attributes needs at least one attribute")
+        attributes_json = self._x.encode(checked, "the attributes")
+        return StepCall(self._issue("set_attributes", "attributes", SetAttributes(attributes_json)))
 
     # ---------------------------------------------------------------- streams
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, TypeVarTuple, overload
@@ -223,6 +223,10 @@ class SyncStepApi:
     def set_event(self, key: str, value: Any) -> None:
         """Publish `value` as the run's event `key` (durable; the latest value wins)."""
         self._call(lambda: self._steps.set_event(key, value), "ctx.step.set_event")
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        """Merge `attributes` into the run's search attributes (durable, once)."""
+        self._call(lambda: self._steps.set_attributes(attributes), "ctx.step.set_attributes")
 
     def write_stream(self, key: str, value: Any) -> int:
         """Append `value` to the run's stream `key` (durable, exactly once); its offset."""

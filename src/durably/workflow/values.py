@@ -59,7 +59,7 @@ def _recorded(
         value = load(rec.output)
     else:
         value = make()
-        text = encode(dump(value), f"the value of ctx.{name}()")
+        text = encode(dump(value), f"the value of ctx.{name}()", codec=x.codec)
         value = load(decode(text))  # what a replay will return, exactly
         x.value_pending(cmd, text)
     cmd.future.set_result(value)

@@ -214,3 +214,22 @@ async def test_a_debounced_start_in_the_callers_transaction(db_url: str) -> None
 
 async def _status_is(handle: Any, status: str) -> bool:
     return bool((await handle.get()).status == status)
+
+
+async def test_a_debounced_start_keeps_its_attributes_and_a_join_merges_its_own(
+    db_url: str,
+) -> None:
+    """Search attributes (SPEC §4.24) of a debounced start are the run's, and a start that
+    joins the window merges its attributes into the run's (listed by them at once)."""
+    app, wf = _app(db_url)
+    async with app:
+        first = await wf.start(Item(n=1), debounce="1h", debounce_key="k",
+                               attributes={"user": "u-1", "edits": 1})  # fmt: skip
+        joined = await wf.start(Item(n=2), debounce="1h", debounce_key="k",
+                                attributes={"edits": 2, "doc": "d-9"})  # fmt: skip
+        assert joined.joined and joined.run_id == first.run_id
+        run = await app.get_run(first.run_id)
+        assert run.attributes == {"user": "u-1", "edits": 2, "doc": "d-9"}
+        for wanted in ({"user": "u-1"}, {"edits": 2}, {"doc": "d-9", "user": "u-1"}):
+            assert [r.run_id for r in await app.list_runs(attributes=wanted)] == [run.run_id]
+        assert await app.list_runs(attributes={"edits": 1}) == []

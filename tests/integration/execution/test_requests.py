@@ -17,6 +17,7 @@ import pytest
 
 from durably import (
     Durably,
+    FernetCodec,
     InvalidInput,
     Request,
     RequestRejected,
@@ -291,13 +292,16 @@ async def test_a_signal_may_not_take_the_name_requests_are_sent_as(db_url: str) 
         assert await app.list_signals(pending=False) == []
 
 
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain", "encrypted"])
 async def test_a_request_taken_but_not_answered_goes_to_the_next_run_of_the_chain(
-    db_url: str,
+    db_url: str, sealed: bool
 ) -> None:
     """A run that takes a request and continues as new before it answers hands the request
     to the next run, which receives it again and answers it: the client gets that answer,
-    not a timeout for a request no run can answer any more."""
-    app = Durably(db_url)
+    not a timeout for a request no run can answer any more (with its data encrypted at
+    rest too: the database finds the request without reading its data)."""
+    codec = FernetCodec([FernetCodec.generate_key()]) if sealed else None
+    app = Durably(db_url, codec=codec)
 
     @app.workflow(name="defer", version="v1")
     async def defer(ctx: Any, gen: int) -> str:

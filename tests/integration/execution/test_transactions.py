@@ -169,6 +169,7 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         "0023_requests.sql",
         "0024_continued.sql",
         "0025_debounce.sql",
+        "0027_attributes.sql",
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))

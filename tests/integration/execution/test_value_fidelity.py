@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from durably import Durably, WorkflowContext
+from durably import Durably, FernetCodec, WorkflowContext
 from durably.backends import _queries
 from durably.core.codec import encode
 from durably.testing import replay
@@ -114,10 +114,12 @@ VALUES = _JSON | st.builds(Item, name=_TEXT, amount=_FLOATS, big=st.integers(-(2
 PATHS = ("input", "step", "signal to itself", "client's signal", "child")
 
 
-def _fidelity_app(url: str, seen: dict[str, list[list[str]]]) -> Durably:
+def _fidelity_app(
+    url: str, seen: dict[str, list[list[str]]], codec: FernetCodec | None = None
+) -> Durably:
     """A workflow that receives one value by every path and parks before it returns it: the
     next claim replays everything it received, as the replay tester does."""
-    app = Durably(url)
+    app = Durably(url, codec=codec)
 
     def echo(value: Any) -> Any:
         return value
@@ -150,9 +152,9 @@ def _fidelity_app(url: str, seen: dict[str, list[list[str]]]) -> Durably:
 class _Engine(AppThread):
     """The fidelity app in a thread (hypothesis runs each example as a plain call)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, codec: FernetCodec | None = None) -> None:
         self.seen: dict[str, list[list[str]]] = {}
-        super().__init__(_fidelity_app(url, self.seen))
+        super().__init__(_fidelity_app(url, self.seen, codec))
 
 
 async def _through_every_path(app: Durably, value: Any) -> dict[str, Any]:
@@ -172,6 +174,12 @@ def engine(db_url: str) -> Iterator[_Engine]:
         yield running
 
 
+@pytest.fixture
+def encrypted_engine(db_url: str) -> Iterator[_Engine]:
+    with _Engine(db_url, FernetCodec([FernetCodec.generate_key()])) as running:
+        yield running
+
+
 @settings(
     max_examples=25,
     deadline=None,
@@ -180,6 +188,24 @@ def engine(db_url: str) -> Iterator[_Engine]:
 )
 @given(value=VALUES)
 def test_every_value_is_received_the_same_live_and_replayed(engine: _Engine, value: Any) -> None:
+    _received_the_same(engine, value)
+
+
+@settings(
+    max_examples=10,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(value=VALUES)
+def test_every_value_is_received_the_same_live_and_replayed_encrypted(
+    encrypted_engine: _Engine, value: Any
+) -> None:
+    """Encryption at rest (SPEC §4.24) keeps every value exact, live and replayed."""
+    _received_the_same(encrypted_engine, value)
+
+
+def _received_the_same(engine: _Engine, value: Any) -> None:
     expected = _seen(json.loads(encode(value, "the value")))  # what the workflow sees live
     done = engine.run(_through_every_path(engine.app, value))
     executions = engine.seen[done["run_id"]]  # live, replayed after the child and the nap
@@ -217,12 +243,13 @@ async def test_a_run_in_flight_across_the_migration_to_json_completes(
     old = build()
     await old.migrate()
     # This code's park also writes `holds` (0019) and `parked_on`, `parked_fence` (0020),
-    # which the release it stands in for did not: the columns, as those migrations add them
-    # (IF NOT EXISTS), for the code to park the run with.
+    # and its start `attributes` (0027), which the release it stands in for did not: the
+    # columns, as those migrations add them (IF NOT EXISTS), for the code to use.
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
         await conn.execute(
             "ALTER TABLE durably.runs ADD COLUMN holds integer NOT NULL DEFAULT 0,"
-            " ADD COLUMN parked_on text[], ADD COLUMN parked_fence bigint"
+            " ADD COLUMN parked_on text[], ADD COLUMN parked_fence bigint,"
+            " ADD COLUMN attributes jsonb"
         )
     async with old, old.worker(concurrency=1):
         handle = await old.get_workflow("across").start({"bb": 2, "a": -0.0})

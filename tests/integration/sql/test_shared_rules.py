@@ -9,7 +9,6 @@ import json
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -36,7 +35,9 @@ def _normal(sql: str) -> str:
 
 def test_the_insert_run_function_is_the_named_query() -> None:
     [query] = _queries.load(PACKAGE, "named")["insert_run"]
-    text = resources.files(PACKAGE).joinpath("migrations/0021_sql_api.sql").read_text()
+    # The function as the newest migration that (re)creates it made it (0021, then 0027).
+    [*_, text] = [t for _, _, t in _queries.migrations(PACKAGE)
+                  if "FUNCTION {schema}.insert_run(" in t]  # fmt: skip
     body = text.split("FUNCTION {schema}.insert_run(", 1)[1].split("RETURN QUERY", 1)[1]
     function = _normal(body.split("SELECT ins.* FROM ins,", 1)[0]).replace("insert_run.", ":")
     # All but the final SELECT: the function returns the rows of the table alone.
@@ -50,6 +51,7 @@ _ARGS: list[dict[str, Any]] = [
     {"version": "v1", "input": "null", "available_at": "future"},
     {"version": "v1", "input": '"x"', "available_at": "future", "deadline_at": "soon"},
     {"version": "", "input": "true", "available_at": "past"},
+    {"version": "v1", "input": "{}", "attributes": '{"customer":"c-1","n":30,"vip":true}'},
 ]
 _SKIP = {"id", "created_at", "updated_at", "available_at"}
 
@@ -72,6 +74,7 @@ async def test_python_and_sql_starts_write_the_same(
         idempotency_key=args.get("idempotency_key"), queue=args.get("queue"),
         available_at=at[args.get("available_at")], deadline_at=at[args.get("deadline_at")],
         concurrency_key=args.get("concurrency_key"), priority=args.get("priority", 0),
+        attributes_json=args.get("attributes"),
     )  # fmt: skip
     connector = connect(migrated, "durably", Clock())
     async with (
@@ -85,9 +88,11 @@ async def test_python_and_sql_starts_write_the_same(
             await connector.close()
         written = [await _written(conn, python.run_id)]
         [(sql,)] = await (await conn.execute(
-            "SELECT durably.start_run(%s, %s, CAST(%s AS jsonb), %s, %s, %s, %s, %s, %s)",
+            "SELECT durably.start_run(%s, %s, CAST(%s AS jsonb), %s, %s, %s, %s, %s, %s,"
+            " attributes => CAST(%s AS jsonb))",
             (new.workflow, new.version, new.input_json, new.idempotency_key, new.queue,
-             new.available_at, new.deadline_at, new.concurrency_key, new.priority),
+             new.available_at, new.deadline_at, new.concurrency_key, new.priority,
+             new.attributes_json),
         )).fetchall()  # fmt: skip
         written.append(await _written(conn, sql))
         await conn.execute("NOTIFY durably_durably, 'end'")  # after theirs, in commit order

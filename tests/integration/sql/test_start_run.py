@@ -15,6 +15,7 @@ from durably.store.queues import QueueClaims
 from tests.helpers import eventually, scaled
 from tests.integration.sql.conftest import Psql
 
+LONG = '{"k": "' + "x" * 1025 + '"}'
 OBJECT = '{"zeta": 1, "alpha": {"y": 2, "x": 1}, "mid": [1.5, 1e2, -0.0], "b": true}'
 
 
@@ -204,6 +205,19 @@ async def test_bad_arguments_are_refused_and_write_nothing(psql: Psql) -> None:
         "SELECT durably.start_run('echo', 'v1', '{bad');": "22P02: invalid input syntax",
         "SELECT nosuch.start_run('echo', 'v1', '1');": '3F000: schema "nosuch" does not exist',
         "SELECT durably.start_run('echo', '1');": "42883: function durably.start_run",
+        # Search attributes (0027): what `core.attributes` refuses.
+        "SELECT durably.start_run('echo', 'v1', '1', attributes => '[1]');":
+            "22023: attributes must be a JSON object of names to values, not array",
+        "SELECT durably.start_run('echo', 'v1', '1', attributes => '{\"k\": null}');":
+            "22023: the value of attribute 'k' is null",
+        "SELECT durably.start_run('echo', 'v1', '1', attributes => '{\"k\": [1]}');":
+            "22023: the value of attribute 'k' is array",
+        "SELECT durably.start_run('echo', 'v1', '1', attributes => '{\"\": 1}');":
+            "22023: an attribute key must be a non-empty string of at most 128",
+        f"SELECT durably.start_run('echo', 'v1', '1', attributes => '{LONG}');":
+            "22023: the value of attribute 'k' is a string of more than 1024",
+        f"SELECT durably.start_run('echo', 'v1', '1', attributes => '{{\"k\": {1 << 63}}}');":
+            "22023: the value of attribute 'k' is an integer beyond 64 bits",
     }  # fmt: skip
     async with app:
         for sql, error in cases.items():
@@ -215,6 +229,27 @@ async def test_bad_arguments_are_refused_and_write_nothing(psql: Psql) -> None:
         # As deep as the Python client writes: taken, and read back.
         [run_id] = await psql.ok(f"SELECT durably.start_run('echo', 'v1', '{deep[5:-1]}');")
         assert (await app.get_run(run_id)).input is not None
+
+
+async def test_a_start_with_attributes_is_found_by_them(psql: Psql) -> None:
+    app = _app(psql.url)
+    async with app:
+        [run_id] = await psql.ok(
+            "SELECT durably.start_run('echo', 'v1', '1',"
+            ' attributes => \'{"customer": "c-1", "amount": 30, "vip": true}\');'
+        )
+        [plain] = await psql.ok("SELECT durably.start_run('echo', 'v1', '2', attributes => '{}');")
+        found = await app.list_runs(attributes={"customer": "c-1", "amount": 30.0})
+        assert [(r.run_id, r.attributes) for r in found] == [
+            (run_id, {"customer": "c-1", "amount": 30, "vip": True})
+        ]
+        assert (await app.get_run(plain)).attributes == {}  # stored as none (NULL)
+        # The previous form of the call (no attributes, positional) is the same function.
+        [old] = await psql.ok(
+            "SELECT durably.start_run('echo', 'v1', '3', NULL, NULL, NULL, NULL, NULL, 0,"
+            " 'default');"
+        )
+        assert (await app.get_run(old)).attributes == {}
 
 
 async def test_a_workflow_no_worker_serves_stays_pending(psql: Psql) -> None:

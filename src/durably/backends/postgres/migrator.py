@@ -4,7 +4,9 @@ time, beside running workers: of this release, and of the previous one during a 
 A migration waits for each table lock briefly and tries again (a lock request queued behind
 a long transaction would hold up every statement on the table behind it); one marked
 `-- durably: no transaction` runs statement by statement, so that it can build an index
-CONCURRENTLY without holding up any write.
+CONCURRENTLY without holding up any write; one with a line `-- durably: then outside a
+transaction` runs what is above it in its transaction and what follows statement by
+statement once that committed (a column, then its index built CONCURRENTLY).
 """
 
 from __future__ import annotations
@@ -107,16 +109,22 @@ class Migrator:
                     applied.append(name)
                     continue
                 batch = [(version, name, text)]
-                while pending and not _queries.outside_transaction(pending[0][2]):
+                while (pending and not _queries.outside_transaction(pending[0][2])
+                       and _queries.then_outside(batch[-1][2])[1] is None):  # fmt: skip
                     batch.append(pending.pop(0))
+                tail: str | None = None
                 async with conn.transaction():
                     await self._exclude_older_releases(conn)
                     await self._short_lock_waits(conn)
                     done = await self._versions(conn)  # an older release's too
                     batch = [m for m in batch if m[0] not in done]
                     for version, name, text in batch:
-                        await conn.execute(sql.SQL(text).format(schema=schema))
-                        await self._record(conn, version, name)
+                        head, tail = _queries.then_outside(text)
+                        await conn.execute(sql.SQL(head).format(schema=schema))
+                        if tail is None:
+                            await self._record(conn, version, name)
+                if tail is not None:  # the last of the batch: recorded once its tail ran
+                    await self._apply_outside(conn, version, name, tail)
                 applied.extend(name for _, name, _ in batch)
 
     async def _all_applied(self, conn: psycopg.AsyncConnection[Any]) -> bool:

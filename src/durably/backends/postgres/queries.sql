@@ -21,12 +21,12 @@
 WITH ins AS (
     INSERT INTO {schema}.runs (id, namespace, workflow, version, status, input, idempotency_key,
         max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
-        queue, concurrency_key, priority)
+        queue, concurrency_key, priority, attributes)
     VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS json),
         :idempotency_key, :max_attempts,
         LEAST(COALESCE(CAST(:available_at AS timestamptz), now()), CAST(:deadline_at AS timestamptz)),
         :deadline_at, :parent_run_id, CAST(:trace_context AS jsonb), :parent_close,
-        :queue, :concurrency_key, :priority)
+        :queue, :concurrency_key, :priority, CAST(:attributes AS jsonb))
     ON CONFLICT DO NOTHING
     RETURNING *
 ), queued AS (
@@ -52,20 +52,24 @@ SELECT ins.*, (SELECT count(*) FROM notified) AS notified FROM ins;
 WITH ins AS (
     INSERT INTO {schema}.runs AS r (id, namespace, workflow, version, status, input,
         max_attempts, available_at, deadline_at, trace_context, queue, concurrency_key,
-        priority, debounce_key, debounce_max_at)
+        priority, debounce_key, debounce_max_at, attributes)
     VALUES (:id, :namespace, :workflow, :version, 'pending', CAST(:input AS json),
         :max_attempts,
         LEAST(now() + CAST(:debounce_s AS float8) * interval '1 second',
               now() + CAST(:debounce_max_s AS float8) * interval '1 second',
               CAST(:deadline_at AS timestamptz)),
         :deadline_at, CAST(:trace_context AS jsonb), :queue, :concurrency_key, :priority,
-        :debounce_key, now() + CAST(:debounce_max_s AS float8) * interval '1 second')
+        :debounce_key, now() + CAST(:debounce_max_s AS float8) * interval '1 second',
+        CAST(:attributes AS jsonb))
     ON CONFLICT (namespace, workflow, debounce_key)
         WHERE debounce_key IS NOT NULL AND status = 'pending' AND fence = 0
     DO UPDATE SET input = EXCLUDED.input, version = EXCLUDED.version,
         max_attempts = EXCLUDED.max_attempts, deadline_at = EXCLUDED.deadline_at,
         queue = EXCLUDED.queue, concurrency_key = EXCLUDED.concurrency_key,
         priority = EXCLUDED.priority,
+        -- a join's search attributes merge into the run's, as set_attributes does
+        attributes = CASE WHEN EXCLUDED.attributes IS NULL THEN r.attributes
+                          ELSE COALESCE(r.attributes, jsonb_build_object()) || EXCLUDED.attributes END,
         available_at = LEAST(EXCLUDED.available_at, r.debounce_max_at),
         updated_at = now()
     RETURNING r.*
@@ -131,6 +135,8 @@ WHERE (CAST(:status AS text) IS NULL OR status = :status)
   AND (CAST(:created_after AS timestamptz) IS NULL OR created_at >= :created_after)
   AND (CAST(:namespace AS text) IS NULL OR namespace = :namespace)
   AND (CAST(:idempotency_key AS text) IS NULL OR idempotency_key = :idempotency_key)
+  -- Search attributes (0027): planned with the value, so runs_attributes (GIN) serves it.
+  AND (CAST(:attributes AS jsonb) IS NULL OR attributes @> CAST(:attributes AS jsonb))
 ORDER BY created_at DESC, id
 LIMIT :limit OFFSET :offset;
 
@@ -894,12 +900,13 @@ SELECT (SELECT count(*) FROM lease) AS held, (SELECT count(*) FROM back) AS retu
 -- A queue's limits as the app declares them (the last worker to start wins), declared for
 -- `:ttl` seconds at least (see 0008).
 INSERT INTO {schema}.queues (name, concurrency, per_key, rate_limit, rate_period_s, priority,
-    declared_until)
-VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority,
+    on_full, declared_until)
+VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority, :on_full,
     now() + :ttl * interval '1 second')
 ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
     per_key = excluded.per_key, rate_limit = excluded.rate_limit,
-    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now(),
+    rate_period_s = excluded.rate_period_s, priority = excluded.priority,
+    on_full = excluded.on_full, updated_at = now(),
     declared_until = GREATEST({schema}.queues.declared_until, excluded.declared_until)
 RETURNING name;
 
@@ -1067,11 +1074,48 @@ SELECT LEAST(
 -- name: queue_counts
 -- Each declared queue with its running and waiting (pending: due or not) runs.
 SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priority,
+    q.on_full,
     (SELECT count(*) FROM {schema}.runs r
      WHERE r.queue = q.name AND (r.status = 'running' OR r.compensating)) AS running,
     (SELECT count(*) FROM {schema}.runs r WHERE r.queue = q.name AND r.status = 'pending')
         AS waiting
 FROM {schema}.queues q ORDER BY q.name;
+
+-- name: lock_key
+-- A start of a queue with an `on_full` strategy (SPEC §4.23), after its insert: starts of
+-- one (queue, concurrency_key) admit one after the other (`store.admission`); key_runs,
+-- a statement of its own, then sees every start admitted before. Two-key advisory locks
+-- (class 29): the one-key ones of lock_signal never collide with them.
+SELECT pg_advisory_xact_lock(29, hashtext(:queue || '/' || :key)) AS locked;
+
+-- name: key_runs
+-- Under lock_key: the other runs of the key that hold or want a slot, newest first, all
+-- namespaces (a queue's limits count them all). Waiting runs that are not due (asleep,
+-- on a signal) hold none, as in claim_queue; canceled runs running their compensations
+-- hold theirs. Each status is one range of runs_queue (a LATERAL kept as a subquery by
+-- OFFSET 0: flattened, its generic plan read the key's whole history, or every live run
+-- through runs_status); the compensating ones, one of runs_queue_compensating.
+SELECT r.id, r.status, r.compensating, r.created_at
+FROM unnest(ARRAY['pending', 'running', 'held', 'waiting']) AS s(status)
+CROSS JOIN LATERAL (
+    SELECT id, status, compensating, created_at, available_at FROM {schema}.runs
+    WHERE queue = :queue AND status = s.status AND concurrency_key = :key AND id <> :id
+    OFFSET 0
+) r
+WHERE r.status <> 'waiting' OR r.available_at <= now()
+UNION
+SELECT id, status, compensating, created_at FROM {schema}.runs
+WHERE queue = :queue AND concurrency_key = :key AND id <> :id AND compensating
+ORDER BY created_at DESC, id DESC;
+
+-- name: refuse_run
+-- A start that `on_full="cancel_new"` refuses (under lock_key, in the transaction that
+-- inserted it): canceled at once, as cancel_tree ends a run that never ran (no lease, no
+-- children, nothing to undo); no worker has seen it.
+UPDATE {schema}.runs SET status = 'canceled', error = CAST(:error AS jsonb),
+    finished_at = now(), updated_at = now(), fence = fence + 1, available_at = NULL
+WHERE id = :id AND (status = 'pending') IS TRUE  -- by id (see the header)
+RETURNING *;
 
 -- name: schedule_last_tick
 -- As `last_tick_at`: a time, which the SQLite connector converts by its name.
@@ -1170,6 +1214,32 @@ SELECT DISTINCT ON (step) step AS key, output::text AS value, finished_at AS set
 FROM {schema}.step_attempts
 WHERE run_id = :run_id AND kind = 'event' AND status = 'completed'
 ORDER BY step, id DESC;
+
+-- name: set_attributes
+-- A fenced write of a `ctx.step.set_attributes` step (kind "attributes", its output the
+-- attributes given), merged into the run's attributes in the same statement: only by the
+-- insert of the step's record, so a record written already (its attempt at this position)
+-- merges nothing again. The run's row is updated under the lease's FOR KEY SHARE, which
+-- this statement's own update does not wait for.
+WITH lease AS (
+    SELECT 1 FROM {schema}.runs
+    WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+      AND lease_expires_at > now() AND (status = 'running') IS TRUE
+    FOR KEY SHARE
+), ins AS (
+    INSERT INTO {schema}.step_attempts (run_id, position, attempt, step, kind, status, fence,
+        worker_id, output, finished_at, workflow_attempt, seq)
+    SELECT :run_id, :position, :attempt, :step, 'attributes', 'completed', :fence, :worker_id,
+        CAST(:output AS json), now(), :workflow_attempt, :seq
+    FROM lease
+    ON CONFLICT (run_id, position, attempt) DO NOTHING
+    RETURNING id
+), merged AS (
+    UPDATE {schema}.runs SET attributes = COALESCE(attributes, jsonb_build_object()) || CAST(:output AS jsonb)
+    WHERE id = :run_id AND EXISTS (SELECT 1 FROM ins)
+    RETURNING id
+)
+SELECT ins.id, (SELECT count(*) FROM merged) AS merged FROM ins;
 
 -- name: list_signals
 -- plan: each call
@@ -1390,17 +1460,19 @@ WHERE id = :run_id AND status = 'continued' AND idempotency_key IS NOT NULL;
 -- (Once a continue, rare: a generic plan made on an empty schema ties signals_buffered,
 -- read whole, with signals_addressed, and took the former.)
 -- The next run of the chain: the same workflow, version, namespace, queue and key,
--- priority, deadline, parent (which waits for the chain's end), trace; attempts from 0, an
+-- priority, deadline, parent (which waits for the chain's end), trace, search attributes
+-- (as the old run ended with them, merged ones included); attempts from 0, an
 -- empty history. Signals buffered for the old run move to it, and so does one delivered
 -- to a wait the old run never read (its end canceled the wait; it is given back).
 WITH ins AS (
     INSERT INTO {schema}.runs (id, namespace, workflow, version, status, input,
         idempotency_key, max_attempts, available_at, deadline_at, parent_run_id,
-        trace_context, parent_close, queue, concurrency_key, priority, continued_from, chain_root)
+        trace_context, parent_close, queue, concurrency_key, priority, continued_from, chain_root,
+        attributes)
     SELECT :next_id, o.namespace, o.workflow, o.version, 'pending', CAST(:input AS json),
         :idempotency_key, o.max_attempts, LEAST(now(), o.deadline_at), o.deadline_at,
         o.parent_run_id, o.trace_context, o.parent_close, o.queue, o.concurrency_key,
-        o.priority, o.id, COALESCE(o.chain_root, o.id)
+        o.priority, o.id, COALESCE(o.chain_root, o.id), o.attributes
     FROM {schema}.runs o WHERE o.id = :run_id AND (o.status = 'continued') IS TRUE  -- by id
     RETURNING id, namespace, available_at
 ), moved AS (

@@ -10,12 +10,12 @@ INSERT INTO {schema}_queues (name, updated_at) SELECT :queue, now() WHERE :queue
 ON CONFLICT (name) DO NOTHING;
 INSERT INTO {schema}_runs (id, namespace, workflow, version, status, input, idempotency_key,
     max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
-    created_at, updated_at, queue, concurrency_key, priority)
+    created_at, updated_at, queue, concurrency_key, priority, attributes)
 VALUES (:id, :namespace, :workflow, :version, 'pending', :input, :idempotency_key,
     :max_attempts,
     min(coalesce(:available_at, now()), coalesce(:deadline_at, :available_at, now())),
     :deadline_at, :parent_run_id, :trace_context, :parent_close, now(), now(),
-    :queue, :concurrency_key, :priority)
+    :queue, :concurrency_key, :priority, :attributes)
 ON CONFLICT DO NOTHING
 RETURNING *, 0 AS notified;
 
@@ -29,12 +29,12 @@ INSERT INTO {schema}_queues (name, updated_at) SELECT :queue, now() WHERE :queue
 ON CONFLICT (name) DO NOTHING;
 INSERT INTO {schema}_runs AS r (id, namespace, workflow, version, status, input,
     max_attempts, available_at, deadline_at, trace_context, created_at, updated_at, queue,
-    concurrency_key, priority, debounce_key, debounce_max_at)
+    concurrency_key, priority, debounce_key, debounce_max_at, attributes)
 SELECT :id, :namespace, :workflow, :version, 'pending', :input, :max_attempts,
     min(t + :debounce_s, coalesce(t + :debounce_max_s, t + :debounce_s),
         coalesce(:deadline_at, t + :debounce_s)),
     :deadline_at, :trace_context, t, t, :queue, :concurrency_key, :priority,
-    :debounce_key, t + :debounce_max_s
+    :debounce_key, t + :debounce_max_s, NULL
 FROM (SELECT now() AS t) WHERE true
 ON CONFLICT (namespace, workflow, debounce_key)
     WHERE debounce_key IS NOT NULL AND status = 'pending' AND fence = 0
@@ -43,7 +43,14 @@ DO UPDATE SET input = excluded.input, version = excluded.version,
     queue = excluded.queue, concurrency_key = excluded.concurrency_key,
     priority = excluded.priority,
     available_at = min(excluded.available_at, coalesce(r.debounce_max_at, excluded.available_at)),
-    updated_at = excluded.updated_at
+    updated_at = excluded.updated_at;
+-- A join's search attributes merge into the run's, as set_attributes does: in a statement
+-- of their own, since a trigger's INSERT OR REPLACE (which keeps the index table) takes
+-- the upsert's conflict handling inside one.
+UPDATE {schema}_runs SET attributes = CASE WHEN :attributes IS NULL THEN attributes
+    ELSE json_patch(coalesce(attributes, '{}'), :attributes) END
+WHERE namespace = :namespace AND workflow = :workflow AND debounce_key = :debounce_key
+  AND status = 'pending' AND fence = 0
 RETURNING *, 0 AS notified;
 
 -- name: get_run_by_key
@@ -64,6 +71,42 @@ SELECT * FROM {schema}_runs WHERE id = :run_id;
 -- name: list_runs
 SELECT * FROM {schema}_runs
 WHERE (:status IS NULL OR status = :status)
+  AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:due_before IS NULL
+       OR (available_at <= :due_before AND status IN ('pending', 'waiting', 'running')))
+  AND (:created_after IS NULL OR created_at >= :created_after)
+  AND (:namespace IS NULL OR namespace = :namespace)
+  AND (:idempotency_key IS NULL OR idempotency_key = :idempotency_key)
+ORDER BY created_at DESC, id
+LIMIT :limit OFFSET :offset;
+
+-- name: list_runs_by_attributes
+-- list_runs of the runs whose attributes hold every key of :attributes with an equal value
+-- (the PostgreSQL twin's @>), from run_attributes (0027): the runs of the filter's rarest
+-- key and value (each counted in the (key, value) index, up to 1000) read from that index,
+-- each checked for the other keys by its primary key, then looked up by id. A value is
+-- compared as 0027's triggers store it. Driven by one key as the join of them all read
+-- every run of a common value (`region=eu`) for each call.
+WITH wanted AS (
+    SELECT f.key, CASE f.type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00'
+                  ELSE f.value END AS value
+    FROM json_each(:attributes) AS f
+), rarest AS (
+    SELECT w.key, w.value FROM wanted AS w
+    ORDER BY (SELECT count(*) FROM (SELECT 1 FROM {schema}_run_attributes AS a
+                                    WHERE a.key = w.key AND a.value = w.value LIMIT 1000))
+    LIMIT 1
+)
+SELECT * FROM {schema}_runs
+WHERE id IN (
+    SELECT a.run_id FROM rarest
+    JOIN {schema}_run_attributes AS a ON a.key = rarest.key AND a.value = rarest.value
+    WHERE NOT EXISTS (
+        SELECT 1 FROM wanted AS w
+        WHERE NOT EXISTS (SELECT 1 FROM {schema}_run_attributes AS b
+                          WHERE b.run_id = a.run_id AND b.key = w.key AND b.value = w.value)))
+  AND (:status IS NULL OR status = :status)
   AND (:workflow IS NULL OR workflow = :workflow)
   AND (:queue IS NULL OR queue = :queue)
   AND (:due_before IS NULL
@@ -644,12 +687,13 @@ WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id AND lease_expir
 
 -- name: upsert_queue
 INSERT INTO {schema}_queues (name, concurrency, per_key, rate_limit, rate_period_s, priority,
-    updated_at, declared_until)
-VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority, now(),
-    now() + :ttl)
+    on_full, updated_at, declared_until)
+VALUES (:name, :concurrency, :per_key, :rate_limit, :rate_period_s, :priority, :on_full,
+    now(), now() + :ttl)
 ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
     per_key = excluded.per_key, rate_limit = excluded.rate_limit,
-    rate_period_s = excluded.rate_period_s, priority = excluded.priority, updated_at = now(),
+    rate_period_s = excluded.rate_period_s, priority = excluded.priority,
+    on_full = excluded.on_full, updated_at = now(),
     declared_until = max(coalesce({schema}_queues.declared_until, 0), excluded.declared_until)
 RETURNING name;
 
@@ -780,11 +824,34 @@ SELECT (SELECT min(t) FROM (
 
 -- name: queue_counts
 SELECT q.name, q.concurrency, q.per_key, q.rate_limit, q.rate_period_s, q.priority,
+    q.on_full,
     (SELECT count(*) FROM {schema}_runs r
      WHERE r.queue = q.name AND (r.status = 'running' OR r.compensating)) AS running,
     (SELECT count(*) FROM {schema}_runs r WHERE r.queue = q.name AND r.status = 'pending')
         AS waiting
 FROM {schema}_queues q ORDER BY q.name;
+
+-- name: lock_key
+-- The IMMEDIATE transaction already holds the database's write lock (see PostgreSQL's).
+SELECT 1 AS locked;
+
+-- name: key_runs
+-- See the PostgreSQL twin.
+SELECT id, status, compensating, created_at FROM {schema}_runs
+WHERE queue = :queue AND concurrency_key = :key AND id <> :id
+  AND status IN ('pending', 'running', 'held', 'waiting')
+  AND (status <> 'waiting' OR available_at <= now())
+UNION
+SELECT id, status, compensating, created_at FROM {schema}_runs
+WHERE queue = :queue AND concurrency_key = :key AND id <> :id AND compensating
+ORDER BY created_at DESC, id DESC;
+
+-- name: refuse_run
+-- See the PostgreSQL twin.
+UPDATE {schema}_runs SET status = 'canceled', error = :error,
+    finished_at = now(), updated_at = now(), fence = fence + 1, available_at = NULL
+WHERE id = :id AND status = 'pending'
+RETURNING *;
 
 -- name: schedule_last_tick
 -- As `last_tick_at`: a time, which the SQLite connector converts by its name.
@@ -868,6 +935,24 @@ WHERE run_id = :run_id AND kind = 'event' AND status = 'completed'
             WHERE b.run_id = a.run_id AND b.kind = 'event' AND b.step = a.step
               AND b.status = 'completed')
 ORDER BY step;
+
+-- name: set_attributes
+-- See the PostgreSQL twin: the merge first, only while the lease holds and no record of
+-- this attempt is there, then the record (one transaction: both or neither).
+UPDATE {schema}_runs SET attributes = json_patch(coalesce(attributes, '{}'), :output)
+WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+  AND lease_expires_at > now() AND status = 'running'
+  AND NOT EXISTS (SELECT 1 FROM {schema}_step_attempts
+                  WHERE run_id = :run_id AND position = :position AND attempt = :attempt);
+INSERT INTO {schema}_step_attempts (run_id, position, attempt, step, kind, status, fence,
+    worker_id, output, started_at, finished_at, workflow_attempt, seq)
+SELECT :run_id, :position, :attempt, :step, 'attributes', 'completed', :fence, :worker_id,
+    :output, now(), now(), :workflow_attempt, :seq
+WHERE EXISTS (SELECT 1 FROM {schema}_runs
+              WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
+                AND lease_expires_at > now() AND status = 'running')
+ON CONFLICT (run_id, position, attempt) DO NOTHING
+RETURNING id, 1 AS merged;
 
 -- name: list_signals
 SELECT id, name, data, created_at, expires_at, consumed_by, buffered, delivered_to
@@ -1019,11 +1104,12 @@ WHERE id = :run_id AND status = 'continued' AND idempotency_key IS NOT NULL;
 -- name: continue_run
 INSERT INTO {schema}_runs (id, namespace, workflow, version, status, input, idempotency_key,
     max_attempts, available_at, deadline_at, parent_run_id, trace_context, parent_close,
-    created_at, updated_at, queue, concurrency_key, priority, continued_from, chain_root)
+    created_at, updated_at, queue, concurrency_key, priority, continued_from, chain_root,
+    attributes)
 SELECT :next_id, o.namespace, o.workflow, o.version, 'pending', :input, :idempotency_key,
     o.max_attempts, min(now(), coalesce(o.deadline_at, now())), o.deadline_at,
     o.parent_run_id, o.trace_context, o.parent_close, now(), now(), o.queue,
-    o.concurrency_key, o.priority, o.id, coalesce(o.chain_root, o.id)
+    o.concurrency_key, o.priority, o.id, coalesce(o.chain_root, o.id), o.attributes
 FROM {schema}_runs o WHERE o.id = :run_id AND o.status = 'continued';
 UPDATE {schema}_signals SET run_id = :next_id
 WHERE run_id = :run_id AND buffered AND consumed_at IS NULL
