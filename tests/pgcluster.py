@@ -95,6 +95,17 @@ class Cluster:
             "start",
         )
 
+    def standby(self) -> Cluster:
+        """A streaming replica of this (running) cluster, made by `pg_basebackup -R`, on a
+        port of its own; not started yet."""
+        standby = Cluster()
+        self._run(
+            find_binary("pg_basebackup") or "pg_basebackup", "-h", "127.0.0.1",
+            "-p", str(self.port), "-U", "postgres", "-D", str(standby.data), "-R",
+            "-X", "stream", "--no-sync",
+        )  # fmt: skip
+        return standby
+
     def stop(self, mode: str = "fast") -> None:
         self._run(find_binary("pg_ctl") or "pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
 

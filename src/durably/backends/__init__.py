@@ -46,3 +46,25 @@ def connect(url: str, schema: str, clock: Clock, pool_size: int = 10) -> Connect
     raise ConfigurationError(
         f"unsupported database URL {url!r}: use postgresql://… or sqlite:///path/to/file.db"
     )
+
+
+_POSTGRES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+
+
+def connect_replica(url: str, read_url: str, schema: str, pool_size: int = 10) -> Connector:
+    """A connector to `read_url`, a streaming replica of the PostgreSQL database at `url`
+    (ConfigurationError for any other pair: SQLite has no replicas)."""
+    if not url.startswith(_POSTGRES):
+        raise ConfigurationError(
+            f"read_url is for PostgreSQL (a streaming replica of the primary); a "
+            f"{url.split(':', 1)[0]}: database has none: drop read_url (or "
+            "DURABLY_READ_DATABASE_URL, --read-database)"
+        )
+    if not read_url.startswith(_POSTGRES):
+        raise ConfigurationError(
+            f"read_url must be the postgresql://… URL of a streaming replica of the "
+            f"primary, not a {read_url.split(':', 1)[0]}: URL"
+        )
+    from .postgres.replica import replica_connector
+
+    return replica_connector(read_url, validate_schema(schema), pool_size)

@@ -40,6 +40,7 @@ class Options:
     database: str | None
     app_path: str | None
     schema: str
+    read_database: str | None = None  # a replica for the reads (`Durably(read_url=)`)
 
     def load(self, need_app: bool = False, read_only: bool = False) -> Durably:
         """The user's app (from --app), pointed at --database; or a bare one. A command
@@ -53,14 +54,15 @@ class Options:
         if self.app_path:
             app = _import_app(self.app_path)
             url = _for_reading(self.database or app.url) if read_only else self.database
-            if url and url != app.url:
-                app = app.rebind(url)
+            if (url and url != app.url) or self.read_database:
+                app = app.rebind(url or app.url, read_url=self.read_database)
             return app
         if need_app:
             fail("this command needs the workflows: pass --app module:attribute "
                  "(or set DURABLY_APP)", 2)  # fmt: skip
         url = self.database or DEFAULT_URL
-        return Durably(_for_reading(url) if read_only else url, schema=self.schema)
+        return Durably(_for_reading(url) if read_only else url, schema=self.schema,
+                       read_url=self.read_database)  # fmt: skip
 
 
 def _for_reading(url: str) -> str:

@@ -43,8 +43,13 @@ def _global(
     ),
     schema: str = typer.Option("durably", "--schema", envvar="DURABLY_SCHEMA",
                                help="schema (PostgreSQL) or table prefix (SQLite)"),
+    read_database: str | None = typer.Option(
+        None, "--read-database", envvar="DURABLY_READ_DATABASE_URL",
+        help="postgresql://… of a streaming replica: listings, show, the dashboard's pages "
+             "and the API's GET routes read it (writes go to --database)",
+    ),
 ) -> None:  # fmt: skip
-    ctx.obj = Options(database, app_path, schema)
+    ctx.obj = Options(database, app_path, schema, read_database)
 
 
 admin.register(app)
@@ -71,7 +76,7 @@ def main() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-GLOBAL_OPTIONS = ("--database", "--app", "--schema")
+GLOBAL_OPTIONS = ("--database", "--app", "--schema", "--read-database")
 
 
 def hoist_global_options(args: list[str]) -> list[str]:

@@ -22,7 +22,7 @@ from ..core.errors import ConfigurationError, InvalidInput, WorkflowNotFound
 from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
 from ..core.sealing import Codec, codec_from_env
 from ..store.endwatch import EndWatch
-from ..store.models import Run, StepAttempt
+from ..store.models import Run
 from ..store.operations import Operations
 from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, Debounce, NewRun
 from ..store.sends import check_signal_name
@@ -33,6 +33,7 @@ from ..workflow.queue import Queue
 from ..workflow.schedule import Schedule
 from .handle import RunHandle
 from .operating import Operating
+from .reads import Reads
 from .requests import Requesting
 from .streams import read_stream
 from .workflow import Workflow, WorkflowDecorator
@@ -91,9 +92,11 @@ class App:
         max_history_bytes: int = DEFAULT_MAX_HISTORY,
         clock: Clock | None = None,
         retention: Duration | None = None,
+        read_url: str | None = None,
         codec: Codec | None = None,
     ) -> None:
         self.url = url or os.environ.get("DURABLY_DATABASE_URL") or DEFAULT_URL
+        self.read_url = read_url or os.environ.get("DURABLY_READ_DATABASE_URL") or None
         self.clock = clock or Clock()
         self.namespace = namespace
         self._pool_size = pool_size
@@ -118,13 +121,14 @@ class App:
     def __repr__(self) -> str:
         return f"<Durably {self.connector.dialect} schema={self.connector.schema}>"
 
-    def rebind(self, url: str, schema: str | None = None) -> Self:
-        """Point this (not yet opened) app at another database (and schema); the app."""
+    def rebind(self, url: str, schema: str | None = None, read_url: str | None = None) -> Self:
+        """Point this (not yet opened) app at another database (and schema, and replica
+        for its reads); the app."""
         if self._opened:
             raise RuntimeError("rebind() must come before the app connects")
         if any(not w.ended.done() for w in self._workers):
             raise RuntimeError("rebind() must come before app.worker(), or after it ended")
-        self.url = url
+        self.url, self.read_url = url, read_url or self.read_url
         self._connect(self.connector.schema if schema is None else schema)
         return self
 
@@ -132,9 +136,10 @@ class App:
         """The connections to `self.url`, and what works through them."""
         self.connector = connect(self.url, schema, self.clock, self._pool_size)
         self.store = Store(self.connector, self.namespace, self.codec)
+        self.reads = Reads(self.store, self.clock, (self.url, self.read_url), self._pool_size)
         self.end_watch = EndWatch(self.store.db, self.store.channel)
         self._operating = Operating(
-            self, self.store, self.end_watch, self.namespace, self.workflows, self.max_payload
+            self, self.reads, self.end_watch, self.namespace, self.workflows, self.max_payload
         )
         self._requesting = Requesting(self, self.store, self.end_watch, self.max_payload)
 
@@ -298,6 +303,7 @@ class App:
                 log.error("worker %s did not stop within %gs of close(); its runs are left "
                           "to their leases", worker.worker_id, limit)  # fmt: skip
         await self.end_watch.close()
+        await self.reads.close()
         await self.connector.close()
         self._opened = False
 
@@ -314,6 +320,7 @@ class App:
         await self.open()
         with _telemetry.start_span(new.workflow, new.version) as carrier:
             new = dataclasses.replace(new, trace_context=_telemetry.encode_carrier(carrier))
+            self.reads.wrote()
             return await self.store.create_run(new, connection)
 
     async def start(
@@ -418,6 +425,7 @@ class App:
         expires_s = parse_duration(expires).total_seconds() if expires is not None else None
         await self.open()
         data_json = encode(data, f"the data of signal {name!r}", self.max_payload, self.codec)
+        self.reads.wrote()
         return await self.store.sends.send_signal(
             name, data_json, idempotency_key, run_id, connection, expires_s
         )
@@ -432,19 +440,16 @@ class App:
             RunTerminalError: the run already finished (the message names its status).
         """
         await self.open()
+        self.reads.wrote()
         return await self.store.cancel(
             run_id, {"type": "Canceled", "message": "the run was canceled"}
         )
 
     async def get_run(self, run_id: str) -> Run:
-        """The run as stored now (RunNotFound if there is none)."""
+        """The run as stored now (RunNotFound if there is none); from the replica, if
+        any, unless this client wrote just now (`client/reads.py`)."""
         await self.open()
-        return await self.store.get_run(run_id)
-
-    async def list_steps(self, run_id: str) -> list[StepAttempt]:
-        """Every step attempt of a run, oldest first."""
-        await self.open()
-        return await self.store.list_steps(run_id)
+        return await self.reads.read(lambda store: store.get_run(run_id))
 
     async def list_runs(
         self,
@@ -462,11 +467,11 @@ class App:
         equal value: `attributes={"customer": "c-1"}`; numbers by value)."""
         filter_json = encode_attributes(attributes, "the attributes filter")
         await self.open()
-        return await self.store.list_runs(
+        return await self.reads.read(lambda store: store.list_runs(
             status=status, workflow=workflow, limit=limit, offset=offset,
             created_after=created_after, queue=queue, idempotency_key=idempotency_key,
             attributes_json=filter_json,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     def schedules(self) -> list[dict[str, Any]]:
         """The scheduled workflows of this app with their next tick (`next_at`, ISO)."""
@@ -532,6 +537,7 @@ class App:
     list_stuck = _operated(Operating.list_stuck)
     queue_counts = _operated(Operating.queue_counts)
     list_tables = _operated(Operating.list_tables)
+    list_steps = _operated(Operating.list_steps)
 
     def read_stream(self, run_id: str, key: str, offset: int = 0) -> AsyncIterator[Any]:
         """The values run `run_id` writes to its stream `key`, from `offset` on, in order:

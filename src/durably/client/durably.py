@@ -25,6 +25,10 @@ class Durably(App):
             and the database's limit for that read is 1 GB.
         retention: keep finished runs this long; workers purge older ones periodically
             (one worker at a time). Default: kept for ever (`app.purge` deletes them).
+        read_url: `postgresql://…` of a streaming replica of `url` (default
+            `$DURABLY_READ_DATABASE_URL`): listing and inspection reads (`list_runs`,
+            `get_run`, `list_steps`, ...) go there, except just after this client's own
+            writes; everything else reads the primary (`client/reads.py`). PostgreSQL only.
         codec: encrypts payloads at rest (`FernetCodec(keys)`, or any `Codec`): inputs,
             outputs, step results, errors, signal and request data, events, stream values.
             Default: a `FernetCodec` of `$DURABLY_CODEC_KEYS` (comma-separated), if set.

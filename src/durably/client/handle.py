@@ -15,6 +15,7 @@ from ..store.continues import follow
 from ..store.endwatch import EndWatch
 from ..store.models import Run
 from ..store.records import NewRun
+from ..store.store import Store
 
 Out = TypeVar("Out", covariant=True)
 
@@ -26,6 +27,7 @@ class Client(Protocol):
     max_payload: int
     codec: Codec | None  # payloads at rest are sealed with it
     end_watch: EndWatch
+    store: Store  # the primary's: a wait reads it, never a replica that lags
 
     async def open(self) -> None: ...
 
@@ -119,7 +121,8 @@ class RunHandle(Generic[Out]):
     async def _wait(self, timeout: Duration | None) -> Run:
         limit = parse_duration(timeout).total_seconds() if timeout is not None else None
         if limit is not None and limit <= 0:  # no waiting: the run as it is, once
-            run = await follow(self.app.get_run, await self.get())
+            await self.app.open()
+            run = await follow(self.app.store.get_run, await self.app.store.get_run(self.run_id))
             if run.done:
                 return run
             raise self._timed_out(limit, run)
@@ -139,8 +142,9 @@ class RunHandle(Generic[Out]):
         while run_id is not None:  # along the chain of runs that continued as new
             async with self.app.end_watch.watching(run_id) as waiter:
                 while True:
-                    read[:] = [await self.get() if run_id == self.run_id
-                               else await self.app.get_run(run_id)]  # fmt: skip
+                    read[:] = [await self.app.store.get_run(run_id)]
+                    if run_id == self.run_id:
+                        self.run = read[0]
                     if read[0].done:
                         break
                     await waiter.wait(None)

@@ -14,15 +14,15 @@ from ..core.durations import Duration, parse_duration
 from ..core.errors import ConfigurationError, InvalidInput, RunNotFound, WorkflowTimeoutError
 from ..core.limits import TimeUp, within
 from ..core.sealing import ENCRYPTED
-from ..store.models import TERMINAL, Run
+from ..store.models import TERMINAL, Run, StepAttempt
 from ..store.operations import Operations, Signal
 from ..store.queues import QueueClaims
 from ..store.records import NewRun
 from ..store.streams import Streams
+from .reads import Reads, empty
 
 if TYPE_CHECKING:
     from ..store.endwatch import EndWatch
-    from ..store.store import Store
     from ..workflow.definition import Definition
     from .handle import RunHandle
 
@@ -41,14 +41,15 @@ class Operating:
     def __init__(
         self,
         app: Operated,
-        store: Store,
+        reads: Reads,
         end_watch: EndWatch,
         namespace: str,
         workflows: Mapping[tuple[str, str], Definition[Any, Any]],
         max_payload: int,
     ) -> None:
         self.app = app
-        self.store = store
+        self.reads = reads  # the inspection reads' (replica or primary)
+        self.store = store = reads.primary
         self.end_watch = end_watch
         self.namespace = namespace
         self.workflows = workflows  # the app's registry, as it grows
@@ -66,6 +67,7 @@ class Operating:
             InvalidInput: the run is not failed or canceled (nothing was written).
         """
         await self.app.open()
+        self.reads.wrote()
         return await self.operations.resume(run_id)
 
     async def fork(
@@ -108,10 +110,16 @@ class Operating:
             queue=old.queue, concurrency_key=old.concurrency_key, priority=old.priority,
             attributes_json=encode(old.attributes, "the attributes") if old.attributes else None,
         )  # fmt: skip  # a fork stays under its queue's limits
+        self.reads.wrote()
         run = await self.operations.fork(old, from_position, new)
         handle = self.app.handle(run.run_id)
         handle.run = run
         return handle
+
+    async def list_steps(self, run_id: str) -> list[StepAttempt]:
+        """Every step attempt of a run, oldest first."""
+        await self.app.open()
+        return await self.reads.read(lambda store: store.list_steps(run_id))
 
     async def run_id_from_prefix(self, prefix: str) -> str:
         """The run id that `prefix` (the whole id, or 8 or more of its first characters)
@@ -186,7 +194,7 @@ class Operating:
     async def list_events(self, run_id: str) -> dict[str, Any]:
         """Every event key run `run_id` has set, with its latest value."""
         await self.app.open()
-        return await self.operations.list_events(run_id)
+        return await self.reads.read(lambda s: Operations(s).list_events(run_id), empty)
 
     # ----------------------------------------------------------------- streams
 
@@ -197,7 +205,7 @@ class Operating:
         if not isinstance(last, int) or isinstance(last, bool) or last < 0:
             raise InvalidInput(f"last is a number of values from 0, not {last!r}")
         await self.app.open()
-        return await Streams(self.store).list_streams(run_id, last)
+        return await self.reads.read(lambda store: Streams(store).list_streams(run_id, last))
 
     # ----------------------------------------------------------------- signals
 
@@ -208,12 +216,15 @@ class Operating:
         expired), or all that are kept. Each is
         `{"id", "name", "data", "created_at", "expires_at", "consumed_by", ...}`."""
         await self.app.open()
-        found: list[Signal] = await self.operations.list_signals(name, pending, limit)
+        found: list[Signal] = await self.reads.read(
+            lambda s: Operations(s).list_signals(name, pending, limit)
+        )
         return [s.to_dict() for s in found]
 
     async def delete_signal(self, signal_id: int) -> None:
         """Delete a stored signal (a stale buffered one, say); SignalNotFound if none."""
         await self.app.open()
+        self.reads.wrote()
         await self.operations.delete_signal(signal_id)
 
     # ----------------------------------------------------------------- retention
@@ -246,6 +257,7 @@ class Operating:
                 f"purge status must be among completed, failed, canceled, not {wrong or '[]'}"
             )
         await self.app.open()
+        self.reads.wrote()
         return await self.operations.purge(older_s, statuses, workflow=workflow)
 
     # ----------------------------------------------------------------- what is stuck
@@ -255,12 +267,12 @@ class Operating:
         been due for over 30 s (workers are missing or saturated), and held runs (their
         replay did not match their history: the deployed code must be fixed)."""
         await self.app.open()
-        return await self.store.list_stuck(limit, grace_s=30, alive_s=60)
+        return await self.reads.read(lambda s: s.list_stuck(limit, grace_s=30, alive_s=60))
 
     async def queue_counts(self) -> list[dict[str, Any]]:
         """Each queue declared in the database: its limits, `running` and `waiting` runs."""
         await self.app.open()
-        return await QueueClaims(self.store).counts()
+        return await self.reads.read(lambda s: QueueClaims(s).counts())
 
     async def list_tables(self) -> list[str]:
         """The engine's tables (schema-qualified on PostgreSQL)."""

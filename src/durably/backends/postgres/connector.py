@@ -171,8 +171,11 @@ class PostgresConnector:
 
     dialect = "postgresql"
 
-    def __init__(self, url: str, schema: str, pool_size: int = 10) -> None:
+    def __init__(
+        self, url: str, schema: str, pool_size: int = 10, checkout_s: float = CHECKOUT_S
+    ) -> None:
         self.url = url
+        self._checkout_s = checkout_s
         self._conninfo = with_defaults(url)
         self.schema = schema
         self.channel = f"durably_{schema}"
@@ -194,7 +197,7 @@ class PostgresConnector:
                 raise DatabaseUnavailable(f"PostgreSQL is unavailable: {_text(exc)}") from exc
             self._pools = _Pools(
                 engine=await self._open_pool(1, self._pool_size, _configure_engine),
-                lease=LeaseConnection(self._conninfo, _configure_engine, CHECKOUT_S),
+                lease=LeaseConnection(self._conninfo, _configure_engine, self._checkout_s),
                 plain=await self._open_pool(0, self._pool_size, _configure),
             )
 
@@ -211,7 +214,7 @@ class PostgresConnector:
             kwargs={"autocommit": True},
             configure=configure,
             open=False,
-            timeout=CHECKOUT_S,
+            timeout=self._checkout_s,
             reconnect_timeout=3600,
         )
         await pool.open()
