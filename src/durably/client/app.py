@@ -3,31 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
 from ..backends import connect
-from ..core import telemetry as _telemetry
 from ..core.attributes import Attributes, encode_attributes
 from ..core.clock import Clock
 from ..core.codec import DEFAULT_MAX_HISTORY, DEFAULT_MAX_PAYLOAD, encode
-from ..core.durations import Duration, parse_duration, parse_instant
-from ..core.errors import ConfigurationError, InvalidInput, WorkflowNotFound
+from ..core.durations import Duration, parse_duration
+from ..core.errors import ConfigurationError, WorkflowNotFound
 from ..core.retry import WORKFLOW_DEFAULT, RetryPolicy
 from ..core.sealing import Codec, codec_from_env
 from ..store.endwatch import EndWatch
 from ..store.models import Run
 from ..store.operations import Operations
-from ..store.records import NEWEST, UNKNOWN_ATTEMPTS, Debounce, NewRun
+from ..store.records import NEWEST
 from ..store.sends import check_signal_name
 from ..store.store import Store
-from ..workflow.debounce import debounce_of
 from ..workflow.definition import WorkflowFn
 from ..workflow.queue import Queue
 from ..workflow.schedule import Schedule
@@ -35,6 +32,7 @@ from .handle import RunHandle
 from .operating import Operating
 from .reads import Reads
 from .requests import Requesting
+from .starting import Starting
 from .streams import read_stream
 from .workflow import Workflow, WorkflowDecorator
 
@@ -73,6 +71,13 @@ def _requested(
 ) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
     """`App`'s method that hands the call to its `Requesting`."""
     return _delegated("_requesting", method)
+
+
+def _started(
+    method: Callable[Concatenate[Starting, P], Awaitable[T]],
+) -> Callable[Concatenate[App, P], Coroutine[Any, Any, T]]:
+    """`App`'s method that hands the call to its `Starting`."""
+    return _delegated("_starting", method)
 
 
 class App:
@@ -139,9 +144,10 @@ class App:
         self.reads = Reads(self.store, self.clock, (self.url, self.read_url), self._pool_size)
         self.end_watch = EndWatch(self.store.db, self.store.channel)
         self._operating = Operating(
-            self, self.reads, self.end_watch, self.namespace, self.workflows, self.max_payload
+            self, self.reads, self.end_watch, self.workflows, self.max_payload
         )
         self._requesting = Requesting(self, self.store, self.end_watch, self.max_payload)
+        self._starting = Starting(self, self.reads)
 
     # ----------------------------------------------------------------- registry
 
@@ -316,91 +322,8 @@ class App:
 
     # ----------------------------------------------------------------- client API
 
-    async def create_run(self, new: NewRun, connection: Any = None) -> tuple[Run, bool]:
-        await self.open()
-        with _telemetry.start_span(new.workflow, new.version) as carrier:
-            new = dataclasses.replace(new, trace_context=_telemetry.encode_carrier(carrier))
-            self.reads.wrote()
-            return await self.store.create_run(new, connection)
-
-    async def start(
-        self,
-        workflow: str,
-        input: Any = None,
-        *,
-        version: str | None = None,
-        idempotency_key: str | None = None,
-        available_at: datetime | str | None = None,
-        deadline_at: datetime | str | None = None,
-        connection: Any = None,
-        concurrency_key: str | None = None,
-        priority: int = 0,
-        debounce: Duration | None = None,
-        debounce_key: str | None = None,
-        debounce_max: Duration | None = None,
-        attributes: Attributes | None = None,
-    ) -> RunHandle[Any]:
-        """Start workflow `workflow` by name (see `Workflow.start`).
-
-        An app that registers workflows starts one of them, validating the input (the
-        newest registered version when `version` is None; `WorkflowNotFound` for a name
-        or version it does not register). An app that registers none (a thin client,
-        `Durably(url)` alone) starts the run without the code: the input is stored as
-        given, and the worker that claims it validates it there (a bad input fails the
-        run with `InvalidInput`, not retried). With `version=None`, that worker runs the
-        newest version it registers and writes it on the run. A name no worker registers
-        stays `pending` (`durably runs --stuck` lists it).
-
-        Example:
-            ```python
-            client = Durably("postgresql://localhost/app")  # no workflow code here
-            handle = await client.start("place-order", {"id": "o1"}, idempotency_key="o1")
-            ```
-        """
-        if not self.workflows:
-            window = debounce_of(
-                debounce, debounce_key, debounce_max, idempotency_key=idempotency_key,
-                available_at=available_at,
-            )  # fmt: skip
-            return await self._start_by_name(
-                workflow, input, version, idempotency_key, available_at, deadline_at,
-                connection, concurrency_key, priority, window, attributes,
-            )  # fmt: skip
-        wf = self.get_workflow(workflow, version)
-        return await wf.start(
-            input, idempotency_key=idempotency_key, available_at=available_at,
-            deadline_at=deadline_at, connection=connection, concurrency_key=concurrency_key,
-            priority=priority, debounce=debounce, debounce_key=debounce_key,
-            debounce_max=debounce_max,
-            attributes=attributes,
-        )  # fmt: skip
-
-    async def _start_by_name(
-        self, workflow: str, input: Any, version: str | None, idempotency_key: str | None,
-        available_at: datetime | str | None, deadline_at: datetime | str | None,
-        connection: Any, concurrency_key: str | None, priority: int,
-        window: Debounce | None = None,
-        attributes: Attributes | None = None,
-    ) -> RunHandle[Any]:  # fmt: skip
-        """A thin client's start: written as given, bound and validated by its worker."""
-        if not isinstance(workflow, str) or not workflow:
-            raise InvalidInput(f"a workflow name must be a non-empty string, not {workflow!r}")
-        if version is not None and (not isinstance(version, str) or not version):
-            raise InvalidInput(f"a version must be a non-empty string, not {version!r}")
-        now = datetime.fromtimestamp(self.clock.time(), UTC)
-        new = NewRun(
-            workflow=workflow, version=version or NEWEST, max_attempts=UNKNOWN_ATTEMPTS,
-            input_json=encode(
-                input, f"input of workflow {workflow!r}", self.max_payload, self.codec
-            ),
-            idempotency_key=idempotency_key,
-            available_at=parse_instant(available_at, now) if available_at else None,
-            deadline_at=parse_instant(deadline_at, now) if deadline_at else None,
-            concurrency_key=concurrency_key, priority=priority, debounce=window,
-            attributes_json=encode_attributes(attributes, f"attributes of workflow {workflow!r}"),
-        )  # fmt: skip
-        run, created = await self.create_run(new, connection)
-        return RunHandle(self, run.run_id, run, joined=window is not None and not created)
+    create_run = _started(Starting.create_run)
+    start = _started(Starting.start)
 
     async def send_signal(
         self,
@@ -484,40 +407,7 @@ class App:
         Nothing is read: `run_handle` checks that the run exists."""
         return RunHandle(self, run_id)
 
-    async def run_handle(
-        self,
-        run_id: str | None = None,
-        *,
-        idempotency_key: str | None = None,
-        workflow: str | None = None,
-    ) -> RunHandle[Any]:
-        """A handle on the run with this id, or on the run this app's namespace started
-        with `idempotency_key` (a business id: `"order-42"`); `handle.run` is the run read.
-
-        Args:
-            run_id: the run's id; or, instead of it,
-            idempotency_key: the key the run was started with, and
-            workflow: the name of its workflow (needed when runs of several workflows
-                were started with that key).
-
-        Raises:
-            RunNotFound: no such run.
-            InvalidInput: runs of several workflows have that key and `workflow` is not given.
-
-        Example:
-            ```python
-            handle = await app.run_handle(idempotency_key="order-42", workflow="place-order")
-            await handle.result()
-            ```
-        """
-        if (run_id is None) == (idempotency_key is None) or (run_id and workflow):
-            raise TypeError("run_handle() takes a run id, or idempotency_key= (and workflow=)")
-        if run_id is not None:
-            handle = self.handle(run_id)
-            await handle.get()
-            return handle
-        run = await self._operating.run_started_with(idempotency_key, workflow)
-        return RunHandle(self, run.run_id, run)
+    run_handle = _started(Starting.run_handle)
 
     # ----------------------------------------------------------------- operating runs
 

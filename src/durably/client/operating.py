@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.codec import encode
 from ..core.durations import Duration, parse_duration
-from ..core.errors import ConfigurationError, InvalidInput, RunNotFound, WorkflowTimeoutError
+from ..core.errors import ConfigurationError, InvalidInput, WorkflowTimeoutError
 from ..core.limits import TimeUp, within
 from ..core.sealing import ENCRYPTED
 from ..store.models import TERMINAL, Run, StepAttempt
@@ -43,7 +43,6 @@ class Operating:
         app: Operated,
         reads: Reads,
         end_watch: EndWatch,
-        namespace: str,
         workflows: Mapping[tuple[str, str], Definition[Any, Any]],
         max_payload: int,
     ) -> None:
@@ -51,7 +50,6 @@ class Operating:
         self.reads = reads  # the inspection reads' (replica or primary)
         self.store = store = reads.primary
         self.end_watch = end_watch
-        self.namespace = namespace
         self.workflows = workflows  # the app's registry, as it grows
         self.max_payload = max_payload
         self.operations = Operations(store)
@@ -126,23 +124,6 @@ class Operating:
         names; RunNotFound, or InvalidInput when several runs start with it."""
         await self.app.open()
         return await self.operations.run_by_prefix(prefix)
-
-    async def run_started_with(self, idempotency_key: str | None, workflow: str | None) -> Run:
-        """The run this app's namespace started with `idempotency_key` (of `workflow`);
-        RunNotFound, or InvalidInput when runs of several workflows have that key."""
-        await self.app.open()
-        found = await self.store.list_runs(
-            namespace=self.namespace, idempotency_key=idempotency_key, workflow=workflow
-        )  # one run per workflow at most: the key is unique per namespace and workflow
-        if not found:
-            of = f" of workflow {workflow!r}" if workflow else ""
-            raise RunNotFound(f"no run{of} with idempotency key {idempotency_key!r} in "
-                              f"namespace {self.namespace!r}")  # fmt: skip
-        if len(found) > 1:
-            names = ", ".join(sorted(r.workflow for r in found))
-            raise InvalidInput(f"idempotency key {idempotency_key!r} started runs of several "
-                               f"workflows ({names}): say which workflow")  # fmt: skip
-        return found[0]
 
     # ----------------------------------------------------------------- events
 
