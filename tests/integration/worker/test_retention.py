@@ -59,6 +59,7 @@ async def test_purge_deletes_finished_runs_steps_and_consumed_signals(db_url: st
             await app.list_steps(failed.run_id)
         assert await app.purge(older_than="0s") == {"runs": 2, "signals": 1}
         assert [r.run_id for r in await app.list_runs()] == [waiting.run_id]
+        assert _step_rows(db_url) == {waiting.run_id}  # the purged runs' steps went with them
         assert await app.list_signals(pending=False) == []
         again = await job.start("ok", idempotency_key="k1")  # the key went with its run
         assert again.run_id != ok.run_id
@@ -140,6 +141,16 @@ def _age(url: str, hours: int) -> None:
             "UPDATE durably.runs SET finished_at = finished_at - make_interval(hours => %s)",
             (hours,),
         )
+
+
+def _step_rows(url: str) -> set[str]:
+    """The runs that step attempts are stored for (read outside the engine)."""
+    query = "SELECT DISTINCT run_id FROM {}step_attempts"
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            return {row[0] for row in conn.execute(query.format("durably_"))}
+    with psycopg.connect(url) as pg:
+        return {row[0] for row in pg.execute(query.format("durably."))}
 
 
 async def _gone(app: Durably, run_id: str) -> bool:
