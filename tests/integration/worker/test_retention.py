@@ -158,3 +158,23 @@ async def _gone(app: Durably, run_id: str) -> bool:
         await app.get_run(run_id)
         return False
     return True
+
+
+async def test_a_run_deleted_as_the_previous_release_purges_takes_its_steps(pg_url: str) -> None:
+    """During a deploy the previous release's workers run beside the migrated schema (see
+    postgres/migrator.py), their retention included: their purge deletes the runs alone and
+    leaves the steps to the cascade (its `purge_runs` before 0029). No step may outlive its
+    run: nothing would ever delete it, and a run made again with its id (a child's id is a
+    function of its parent's) would replay it as its own history."""
+    app = _app(pg_url)
+    job = app.get_workflow("job")
+    async with app:
+        await app.send_signal("in:ok", 1)
+        async with app.worker():
+            handle = await job.start("ok")
+            assert await handle.result(timeout=scaled(10)) == "ok:1"
+        assert _step_rows(pg_url) == {handle.run_id}
+        with psycopg.connect(pg_url) as pg:  # the previous release's purge_runs, verbatim
+            pg.execute("DELETE FROM durably.runs WHERE id = ANY(CAST(%s AS text[])) RETURNING id",
+                       ([handle.run_id],))  # fmt: skip
+        assert _step_rows(pg_url) == set()
