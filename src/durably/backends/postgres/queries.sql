@@ -1280,10 +1280,7 @@ WHERE run_id = ANY(CAST(:ids AS text[])) AND buffered AND consumed_at IS NULL
 RETURNING id;
 
 -- name: purge_runs
--- Their steps go with them (no foreign key: see 0029); streams and requests by cascade.
-WITH steps AS (
-    DELETE FROM {schema}.step_attempts WHERE run_id = ANY(CAST(:ids AS text[]))
-)
+-- Their steps go with them (by the trigger of 0029), streams and requests by cascade.
 DELETE FROM {schema}.runs WHERE id = ANY(CAST(:ids AS text[])) RETURNING id;
 
 -- name: purge_signals
