@@ -1,5 +1,5 @@
 """`uv run python -m bench.cpu --database URL [--runs 3000] [--concurrency 50] [--via sql]
-[--codec fernet]`
+[--codec fernet] [--count]`
 
 CPU time per run of a throughput drain, and of the starts before it (`start_*`: one
 client starting the runs one by one), in the worker (this process) and in the
@@ -9,13 +9,18 @@ of that database: give the benchmark a database of its own).
 On a machine whose speed drifts, runs per second of one code can vary by 30% within
 minutes; CPU per run varies less, so compare two versions by this, alternating them
 (A B A B). `--codec fernet` encrypts every payload at rest (a `FernetCodec` of a fresh
-key): the cost of encryption. The last line printed is one JSON object.
+key): the cost of encryption. `wal_bytes_per_run` is the WAL the drain wrote
+(`pg_current_wal_lsn()` before and after: the whole server's, so on a quiet server only).
+`--count` installs `bench.tracing`'s stamps (which cost CPU of their own) and adds the
+engine's transactions per run, an autocommit statement counting as one: with group commit,
+fewer than one a step. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -26,6 +31,7 @@ import psycopg
 
 from durably import FernetCodec
 
+from . import tracing
 from .scenarios import SCHEMA, _Reader, make_app, reset
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -74,8 +80,9 @@ async def _starts(
 
 
 async def drain(
-    url: str, runs: int, concurrency: int, via: str = "client", codec: str = "none"
-) -> dict[str, float]:
+    url: str, runs: int, concurrency: int, via: str = "client", codec: str = "none",
+    count: bool = False,
+) -> dict[str, float]:  # fmt: skip
     await reset(url)
     app = make_app(
         url, codec=FernetCodec([FernetCodec.generate_key()]) if codec != "none" else None
@@ -90,26 +97,42 @@ async def drain(
             return {row[0] for row in await (await monitor.execute(query)).fetchall()}
 
         started = await _starts(app, runs, backends, via)
+        tracer = tracing.Tracer()
+        counting = tracer.installed() if count else contextlib.nullcontext()
         async with app.worker(concurrency=concurrency), _Reader(app) as reader:
             await asyncio.sleep(0.3)  # the pool's connections opened, the first claims made
             pids = await backends()
-            pg0, py0, t0 = _backends_cpu(pids), time.process_time(), time.perf_counter()
-            first = await reader.completed()
-            deadline = time.monotonic() + 300
-            while (done := await reader.completed()) < runs:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"only {done} of {runs} runs completed in 300 s")
-                await asyncio.sleep(0.05)
-                pids |= await backends()
-            pg1, py1, t1 = _backends_cpu(pids), time.process_time(), time.perf_counter()
+            lsn0 = await _lsn(monitor)
+            with counting:
+                pg0, py0, t0 = _backends_cpu(pids), time.process_time(), time.perf_counter()
+                first = await reader.completed()
+                deadline = time.monotonic() + 300
+                while (done := await reader.completed()) < runs:
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"only {done} of {runs} runs completed in 300 s")
+                    await asyncio.sleep(0.05)
+                    pids |= await backends()
+                pg1, py1, t1 = _backends_cpu(pids), time.process_time(), time.perf_counter()
+            wal = await _lsn(monitor, since=lsn0)
     n = max(done - first, 1)
+    counted = {"transactions_per_run": round(len(tracer.calls) / n, 2)} if count else {}
     return {
         "runs": n,
         "worker_ms_per_run": round(1000 * (py1 - py0) / n, 3),
         "postgres_ms_per_run": round(1000 * (pg1 - pg0) / n, 3),
         "runs_per_s": round(n / (t1 - t0), 1),
+        "wal_bytes_per_run": round(wal / n),
+        **counted,
         **started,
     }
+
+
+async def _lsn(monitor: Any, since: Any = None) -> Any:
+    """The server's WAL position now, or the bytes written since `since`."""
+    if since is None:
+        return (await (await monitor.execute("SELECT pg_current_wal_lsn()")).fetchone())[0]
+    query = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)"
+    return float((await (await monitor.execute(query, (since,))).fetchone())[0])
 
 
 def main() -> None:
@@ -124,8 +147,9 @@ def main() -> None:
         help="start the runs by the Python client, or by start_run() in SQL",
     )
     parser.add_argument("--codec", choices=["none", "fernet"], default="none")
+    parser.add_argument("--count", action="store_true", help="count transactions per run")
     args = parser.parse_args()
-    found = drain(args.database, args.runs, args.concurrency, args.via, args.codec)
+    found = drain(args.database, args.runs, args.concurrency, args.via, args.codec, args.count)
     print(json.dumps(asyncio.run(found)))
 
 
