@@ -89,7 +89,8 @@ class Operating:
             ```
 
         Raises:
-            RunNotFound: no such run.
+            RunNotFound: no such run, or it was purged while being forked (nothing was
+                written).
             InvalidInput: `from_position` is out of range (nothing was written).
         """
         await self.app.open()

@@ -103,7 +103,11 @@ class Operations:
         async with self.db.transaction() as tx:
             created, _ = await self.store.insert_run(tx, new)
             for seq, step_id in enumerate(steps, start=1):
-                await tx.fetch("copy_step", new_run_id=created.run_id, id=step_id, seq=seq)
+                if not await tx.fetch("copy_step", new_run_id=created.run_id, id=step_id,
+                                      seq=seq):  # fmt: skip
+                    # Purged since its log was read: a shorter history would run its
+                    # steps again. Nothing of the fork is written.
+                    raise RunNotFound(f"run {run.run_id} was purged while it was forked")
         self.db.notify_local("run")
         return created
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
+import psycopg
 import pytest
 
 from durably import Durably, InvalidInput, RetryPolicy, RunNotFound
@@ -208,3 +210,43 @@ async def test_a_signal_delivered_to_a_canceled_run_waits_for_its_resume(db_url:
         async with app.worker():
             assert await handle.result(timeout=scaled(10)) == "yes"
         assert await app.list_signals() == []
+
+
+async def test_a_fork_racing_the_purge_of_its_run_fails_and_writes_nothing(pg_url: str) -> None:
+    """The fork reads its source's log, then copies it in a transaction of its own: a purge
+    between the two (held there from outside by a lock on runs, which the fork's insert waits
+    for) must fail the fork, not start a run with a shorter history whose steps run again."""
+    app = Durably(pg_url)
+    ran: Counter[str] = Counter()
+
+    def body(name: str) -> str:
+        ran[name] += 1
+        return name
+
+    @app.workflow(name="twice", version="v1")
+    async def twice(ctx: Any) -> list[str]:
+        return [await ctx.step.run(n, body, n) for n in ("a", "b")]
+
+    async with app, app.worker():
+        old = await twice.start()
+        await old.result(timeout=scaled(10))
+        async with await psycopg.AsyncConnection.connect(pg_url) as purger:
+            await purger.execute("LOCK TABLE durably.runs IN SHARE MODE")
+            fork = asyncio.create_task(app.fork(old.run_id, from_position=2))
+            await eventually(lambda: _waits_for_runs(pg_url), what="the fork's insert waiting")
+            await purger.execute("DELETE FROM durably.runs WHERE id = %s", (old.run_id,))
+            await purger.commit()
+        with pytest.raises(RunNotFound, match="purged"):
+            await fork
+        assert await app.list_runs() == []  # no fork was started
+        assert ran == {"a": 1, "b": 1}
+
+
+async def _waits_for_runs(url: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_locks"
+            " WHERE NOT granted AND relation = CAST('durably.runs' AS regclass)"
+        )
+        row = await cur.fetchone()
+        return row is not None and row[0] > 0
