@@ -171,13 +171,8 @@ async def test_migrations_are_idempotent_and_complete(db_url: str) -> None:
         "0025_debounce.sql",
         "0026_on_full.sql",
         "0027_attributes.sql",
-        # PostgreSQL only: the SQL API's send_signal refuses the reserved prefix, and step
-        # attempts lose their foreign key (SQLite keeps its own)
-        *(
-            ["0028_reserved_signals.sql", "0029_steps_without_fk.sql"]
-            if db_url.startswith("postgres")
-            else []
-        ),
+        # PostgreSQL only: the SQL API's send_signal refuses the reserved prefix
+        *(["0028_reserved_signals.sql"] if db_url.startswith("postgres") else []),
     ]
     assert await app.migrate() == []
     await asyncio.gather(*(Durably(db_url).migrate() for _ in range(3)))

@@ -160,12 +160,12 @@ async def _gone(app: Durably, run_id: str) -> bool:
     return True
 
 
-async def test_a_run_deleted_as_the_previous_release_purges_takes_its_steps(pg_url: str) -> None:
-    """During a deploy the previous release's workers run beside the migrated schema (see
-    postgres/migrator.py), their retention included: their purge deletes the runs alone and
-    leaves the steps to the cascade (its `purge_runs` before 0029). No step may outlive its
-    run: nothing would ever delete it, and a run made again with its id (a child's id is a
-    function of its parent's) would replay it as its own history."""
+async def test_a_run_deleted_by_a_plain_delete_takes_its_steps(pg_url: str) -> None:
+    """A plain DELETE of runs (an operator's; the purge of another release, running beside
+    this one during a deploy: see postgres/migrator.py) takes their steps with them. No step
+    may outlive its run: nothing would ever delete it, and a run made again with its id (a
+    child's id is a function of its parent's) would replay it as its own history. (Kept
+    from a foreign key dropped and restored in one session: it found the hole.)"""
     app = _app(pg_url)
     job = app.get_workflow("job")
     async with app:
@@ -174,7 +174,7 @@ async def test_a_run_deleted_as_the_previous_release_purges_takes_its_steps(pg_u
             handle = await job.start("ok")
             assert await handle.result(timeout=scaled(10)) == "ok:1"
         assert _step_rows(pg_url) == {handle.run_id}
-        with psycopg.connect(pg_url) as pg:  # the previous release's purge_runs, verbatim
+        with psycopg.connect(pg_url) as pg:  # purge_runs, verbatim
             pg.execute("DELETE FROM durably.runs WHERE id = ANY(CAST(%s AS text[])) RETURNING id",
                        ([handle.run_id],))  # fmt: skip
         assert _step_rows(pg_url) == set()

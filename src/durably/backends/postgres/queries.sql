@@ -1280,7 +1280,7 @@ WHERE run_id = ANY(CAST(:ids AS text[])) AND buffered AND consumed_at IS NULL
 RETURNING id;
 
 -- name: purge_runs
--- Their steps go with them (by the trigger of 0029), streams and requests by cascade.
+-- Their steps go with them (ON DELETE CASCADE).
 DELETE FROM {schema}.runs WHERE id = ANY(CAST(:ids AS text[])) RETURNING id;
 
 -- name: purge_signals
@@ -1341,8 +1341,7 @@ SELECT :run_id, :position, :attempt, :step, 'stream', 'completed', :fence, :work
     CAST(:output AS json), now(), :workflow_attempt, :seq
 WHERE EXISTS (SELECT 1 FROM {schema}.runs
               WHERE id = :run_id AND fence = :fence AND worker_id = :worker_id
-                AND lease_expires_at > now() AND (status = 'running') IS TRUE
-              FOR KEY SHARE)  -- as every step write: no purge deletes the run meanwhile
+                AND lease_expires_at > now() AND (status = 'running') IS TRUE)
 ON CONFLICT (run_id, position, attempt) DO NOTHING
 RETURNING id;
 
