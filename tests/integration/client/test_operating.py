@@ -243,10 +243,14 @@ async def test_a_fork_racing_the_purge_of_its_run_fails_and_writes_nothing(pg_ur
 
 
 async def _waits_for_runs(url: str) -> bool:
+    """Whether the fork's insert of its run waits on the lock: that statement, not any
+    waiter on runs (the worker beside it may write runs too, and a purge let through
+    before the fork read the log would fail the test for the wrong reason)."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute(
-            "SELECT count(*) FROM pg_locks"
-            " WHERE NOT granted AND relation = CAST('durably.runs' AS regclass)"
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+            " WHERE NOT l.granted AND l.relation = CAST('durably.runs' AS regclass)"
+            " AND a.query LIKE '%INSERT INTO %runs (id, namespace,%'"
         )
         row = await cur.fetchone()
         return row is not None and row[0] > 0
