@@ -102,7 +102,7 @@ async def drain(
         async with app.worker(concurrency=concurrency), _Reader(app) as reader:
             await asyncio.sleep(0.3)  # the pool's connections opened, the first claims made
             pids = await backends()
-            lsn0 = await _lsn(monitor)
+            lsn0 = await _lsn_now(monitor)
             with counting:
                 pg0, py0, t0 = _backends_cpu(pids), time.process_time(), time.perf_counter()
                 first = await reader.completed()
@@ -113,7 +113,7 @@ async def drain(
                     await asyncio.sleep(0.05)
                     pids |= await backends()
                 pg1, py1, t1 = _backends_cpu(pids), time.process_time(), time.perf_counter()
-            wal = await _lsn(monitor, since=lsn0)
+            wal = await _wal_since(monitor, lsn0)
     n = max(done - first, 1)
     counted = {"transactions_per_run": round(len(tracer.calls) / n, 2)} if count else {}
     return {
@@ -127,12 +127,15 @@ async def drain(
     }
 
 
-async def _lsn(monitor: Any, since: Any = None) -> Any:
-    """The server's WAL position now, or the bytes written since `since`."""
-    if since is None:
-        return (await (await monitor.execute("SELECT pg_current_wal_lsn()")).fetchone())[0]
+async def _lsn_now(monitor: Any) -> Any:
+    """The server's WAL position now."""
+    return (await (await monitor.execute("SELECT pg_current_wal_lsn()")).fetchone())[0]
+
+
+async def _wal_since(monitor: Any, lsn: Any) -> float:
+    """The bytes of WAL the server wrote since `lsn`."""
     query = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)"
-    return float((await (await monitor.execute(query, (since,))).fetchone())[0])
+    return float((await (await monitor.execute(query, (lsn,))).fetchone())[0])
 
 
 def main() -> None:
